@@ -1,0 +1,19 @@
+# Compiler settings shared by every target.
+# C++ standard: the one PyTorch's CMake config sets (C++20 for 2.13).
+set(CMAKE_CXX_STANDARD 20)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+set(CMAKE_CXX_VISIBILITY_PRESET default)
+
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()
+
+# ccache makes rebuilds of the ATen translation units cheap.
+find_program(TORCH_INFINI_CCACHE ccache)
+if(TORCH_INFINI_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_CXX_COMPILER_LAUNCHER "${TORCH_INFINI_CCACHE}")
+endif()
+
+add_compile_options(-Wall -Wextra -Wno-unused-parameter)

@@ -1,0 +1,111 @@
+// torch_infini._C: thin bindings over libtorch_infini.so for the Python
+// layer (backend selection, devices, streams). Tensors never cross here;
+// they go through PyTorch's own dispatcher.
+#include <c10/util/Exception.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/stream.h"
+#include "torch_infini/torch_infini.h"
+
+namespace nb = nanobind;
+namespace rt = torch_infini::runtime;
+
+namespace {
+
+using StreamTuple = std::tuple<int64_t, int, int>;  // (stream_id, device_index, device_type)
+
+StreamTuple toTuple(const c10::Stream& s) {
+  return {s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type())};
+}
+
+c10::Stream fromIds(int64_t stream_id, int device) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
+                     stream_id);
+}
+
+// c10 errors become the Python exception types PyTorch itself raises.
+void translateErrors(const std::exception_ptr& p, void* /*payload*/) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const c10::IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+  } catch (const c10::TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
+  } catch (const c10::NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+  } catch (const c10::OutOfMemoryError& e) {
+    nb::object oom = nb::module_::import_("torch").attr("OutOfMemoryError");
+    PyErr_SetString(oom.ptr(), e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "torch_infini native bindings";
+  nb::register_exception_translator(translateErrors);
+
+  // Backend selection.
+  m.def("_select_backend", &rt::selectBackend, nb::arg("name"));
+  m.def("_requested_backend", &rt::requestedBackend);
+  m.def("_is_initialized", &rt::isInitialized);
+  m.def("_compiled_backends", &rt::compiledBackends);
+  m.def("_init", [] { torch_infini::init(); });
+  m.def("_backend", &torch_infini::backend);
+  m.def("_capabilities", [] {
+    rt::Capabilities c = rt::get().capabilities();
+    nb::dict d;
+    d["async_memcpy"] = c.async_memcpy;
+    d["events"] = c.events;
+    d["event_timing"] = c.event_timing;
+    d["pinned_host"] = c.pinned_host;
+    d["async_malloc"] = c.async_malloc;
+    return d;
+  });
+
+  // Devices.
+  m.def("_device_count", &torch_infini::deviceCount);
+  m.def("_current_device", &torch_infini::currentDevice);
+  m.def("_set_device", &torch_infini::setCurrentDevice, nb::arg("device"));
+  m.def("_synchronize", &torch_infini::synchronizeDevice, nb::arg("device") = -1);
+  m.def("_get_device_name", [](int device) {
+    return rt::get().deviceName(torch_infini::resolveDevice(device));
+  });
+  m.def("_mem_get_info", [](int device) {
+    return rt::get().memGetInfo(torch_infini::resolveDevice(device));
+  });
+
+  // torch.Event.elapsed_time only accepts exact torch.Event objects, so the
+  // torch.infini.Event subclass measures through here (event ids are the
+  // runtime's event handles).
+  m.def("_event_elapsed_time", [](uintptr_t start, uintptr_t end) {
+    TORCH_CHECK(start != 0 && end != 0,
+                "Both events must be recorded before calculating elapsed time.");
+    return rt::get().elapsedTime(reinterpret_cast<rt::EventHandle>(start),
+                                 reinterpret_cast<rt::EventHandle>(end));
+  });
+
+  // Streams, as (stream_id, device_index, device_type) triples that the
+  // Python layer turns into torch.Stream objects.
+  m.def("_current_stream", [](int device) { return toTuple(torch_infini::currentStream(device)); });
+  m.def("_default_stream", [](int device) { return toTuple(torch_infini::defaultStream(device)); });
+  m.def("_exchange_stream", [](int64_t stream_id, int device) {
+    return toTuple(torch_infini::exchangeStream(fromIds(stream_id, device)));
+  });
+  m.def("_stream_native_handle", [](int64_t stream_id, int device) {
+    return reinterpret_cast<uintptr_t>(torch_infini::nativeStream(fromIds(stream_id, device)));
+  });
+}

@@ -1,0 +1,62 @@
+// Seam 2: kernels.
+//
+// The ATen bridge validates arguments, computes output geometry, allocates,
+// and then hands strided views of device memory to a KernelProvider shaped
+// like InfiniOps operators, together with the stream to run on. Providers:
+// `host` (ATen CPU kernels over the same memory, inside the stream's work)
+// and `infiniops` (InfiniOps operators, implementation index 0).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/SmallVector.h>
+
+#include <string>
+
+#include "torch_infini/runtime/device_runtime.h"
+
+namespace torch_infini::ops {
+
+// A strided view of device memory. Sizes and strides count elements.
+struct TensorRef {
+  void* data = nullptr;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  int device = -1;
+  c10::SmallVector<int64_t, 6> sizes;
+  c10::SmallVector<int64_t, 6> strides;
+
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    return n;
+  }
+};
+
+// Operators of the seam. A provider declares which (operator, dtype) pairs
+// it supports; the bridge checks before it allocates or enqueues anything.
+enum class Op : uint8_t {
+  Copy,  // same-dtype strided copy, dst and src of equal shape
+  Cast,  // strided copy converting src dtype into dst dtype (dtype = src)
+  kCount
+};
+
+const char* opName(Op op);
+
+class KernelProvider {
+ public:
+  virtual ~KernelProvider() = default;
+  virtual const std::string& name() const = 0;
+  virtual bool supports(Op op, c10::ScalarType dtype) const = 0;
+
+  // dst[i] = src[i] for every index of the (equal) shape. Copy when dtypes
+  // match, Cast otherwise. src and dst may live on different devices of the
+  // same backend only if the provider says so through supportsPeer().
+  virtual void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) = 0;
+  virtual bool supportsPeer() const = 0;
+};
+
+// The provider paired with the selected runtime (host runtime: host kernels;
+// an InfiniRT runtime: InfiniOps kernels). Initialized on first use.
+KernelProvider& kernels();
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,240 @@
+// Copies between CPU and infini and between infini tensors (also across
+// devices): `_copy_from`, `_copy_from_and_resize`, `_local_scalar_dense`.
+//
+// Dense copies are single runtime memcpys on the current stream. Strided
+// device views go through the kernel seam's copy kernel where the provider
+// has one, otherwise through host staging of the storage span they cover.
+// Synchronous copies wait for the stream; non_blocking ones return early only
+// with pinned host memory on a runtime that has async memcpy.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "bridge.h"
+#include "torch_infini/runtime/allocator.h"
+
+namespace torch_infini::ops {
+namespace {
+
+using runtime::MemcpyKind;
+
+size_t nbytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// Same element order in memory: strides agree on every dimension that matters.
+bool sameLayout(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+bool isDense(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
+
+bool hasViewBits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
+
+bool asyncCapable() { return runtime::get().capabilities().async_memcpy; }
+
+// The storage elements a view touches: [first, first + count).
+struct Span {
+  int64_t first;
+  int64_t count;
+};
+
+Span spanOf(const at::Tensor& t) {
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {t.storage_offset(), last - t.storage_offset() + 1};
+}
+
+// A CPU copy of the storage span a device view covers, and the same view
+// into it.
+at::Tensor downloadSpan(const at::Tensor& src, at::Tensor* span_out) {
+  Span span = spanOf(src);
+  at::Tensor span_cpu = at::empty({span.count}, src.options().device(at::kCPU));
+  auto& rt = runtime::get();
+  auto stream = streamOf(src);
+  const char* base = static_cast<const char*>(src.storage().data()) + span.first * src.element_size();
+  rt.memcpyAsync(span_cpu.data_ptr(), base, span.count * src.element_size(),
+                 MemcpyKind::DeviceToHost, stream);
+  rt.synchronizeStream(stream);
+  if (span_out) *span_out = span_cpu;
+  return span_cpu.as_strided(src.sizes(), src.strides(), 0);
+}
+
+void uploadSpan(const at::Tensor& dst, const at::Tensor& span_cpu) {
+  Span span = spanOf(dst);
+  auto& rt = runtime::get();
+  auto stream = streamOf(dst);
+  char* base = static_cast<char*>(dst.storage().mutable_data()) + span.first * dst.element_size();
+  rt.memcpyAsync(base, span_cpu.data_ptr(), span.count * dst.element_size(),
+                 MemcpyKind::HostToDevice, stream);
+  rt.synchronizeStream(stream);
+}
+
+bool kernelCopies(const at::Tensor& dst, const at::Tensor& src) {
+  KernelProvider& k = kernels();
+  Op op = dst.scalar_type() == src.scalar_type() ? Op::Copy : Op::Cast;
+  bool same_device = dst.device() == src.device();
+  return k.supports(op, src.scalar_type()) && (same_device || k.supportsPeer());
+}
+
+// dst = src, both on infini, equal shapes. Stream-ordered on dst's current
+// stream; across devices, each side's current stream waits for the other.
+void deviceToDevice(const at::Tensor& dst, const at::Tensor& src) {
+  auto& rt = runtime::get();
+  const int dst_dev = dst.device().index();
+  const int src_dev = src.device().index();
+  auto dst_stream = streamOf(dst);
+  runtime::StreamHandle src_stream = nullptr;
+  if (dst_dev != src_dev) {
+    src_stream = streamOf(src);
+    auto ready = rt.createEvent(src_dev, false);
+    rt.recordEvent(ready, src_stream);
+    rt.streamWaitEvent(dst_stream, ready);
+    rt.destroyEvent(ready);
+  }
+  if (dst.scalar_type() == src.scalar_type() && isDense(dst) && isDense(src) && sameLayout(dst, src)) {
+    rt.memcpyAsync(dst.data_ptr(), src.data_ptr(), nbytesOf(dst), MemcpyKind::DeviceToDevice,
+                   dst_stream);
+  } else if (kernelCopies(dst, src)) {
+    kernels().copy(toRef(dst), toRef(src), dst_stream);
+  } else {
+    // Staged through host memory; synchronous.
+    at::Tensor src_cpu = downloadSpan(src, nullptr);
+    at::Tensor span;
+    at::Tensor dst_view = downloadSpan(dst, &span);
+    dst_view.copy_(src_cpu);
+    uploadSpan(dst, span);
+  }
+  if (dst_dev != src_dev) {
+    auto done = rt.createEvent(dst_dev, false);
+    rt.recordEvent(done, dst_stream);
+    rt.streamWaitEvent(src_stream, done);
+    rt.destroyEvent(done);
+  }
+}
+
+// dst (infini) = src (CPU, same shape and dtype as dst).
+void hostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  auto& rt = runtime::get();
+  if (!isDense(dst)) {
+    // dst has gaps: land src densely on the device, then scatter.
+    at::Tensor dense = at::empty(dst.sizes(), dst.options());
+    if (kernelCopies(dst, dense)) {
+      hostToDevice(dense, src, false);
+      kernels().copy(toRef(dst), toRef(dense), streamOf(dst));
+      if (!non_blocking) rt.synchronizeStream(streamOf(dst));
+    } else {
+      at::Tensor span;
+      at::Tensor dst_view = downloadSpan(dst, &span);
+      dst_view.copy_(src);
+      uploadSpan(dst, span);
+    }
+    return;
+  }
+  at::Tensor staged = src;
+  bool direct = isDense(src) && sameLayout(src, dst) && !hasViewBits(src);
+  if (!direct) {
+    staged = at::empty_strided(dst.sizes(), dst.strides(), src.options());
+    staged.copy_(src);
+  }
+  auto stream = streamOf(dst);
+  rt.memcpyAsync(dst.data_ptr(), staged.data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice, stream);
+  // A staged copy lives in pageable memory that dies here: never async.
+  const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(staged.data_ptr());
+  if (!async) rt.synchronizeStream(stream);
+}
+
+// dst (CPU) = src (infini, same shape as dst).
+void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  auto& rt = runtime::get();
+  at::Tensor dense_src = src;
+  if (!isDense(src)) {
+    if (kernelCopies(src, src)) {
+      dense_src = at::empty(src.sizes(), src.options());
+      kernels().copy(toRef(dense_src), toRef(src), streamOf(src));
+    } else {
+      dst.copy_(downloadSpan(src, nullptr));
+      return;
+    }
+  }
+  const bool direct = isDense(dst) && sameLayout(dst, dense_src) &&
+                      dst.scalar_type() == src.scalar_type() && !hasViewBits(src) &&
+                      !hasViewBits(dst);
+  at::Tensor landing = direct ? dst
+                              : at::empty_strided(dense_src.sizes(), dense_src.strides(),
+                                                  dst.options().dtype(src.scalar_type()));
+  auto stream = streamOf(src);
+  rt.memcpyAsync(landing.data_ptr(), dense_src.data_ptr(), nbytesOf(landing),
+                 MemcpyKind::DeviceToHost, stream);
+  const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(dst.data_ptr());
+  if (async) return;
+  rt.synchronizeStream(stream);
+  if (!direct) {
+    if (src.is_conj()) landing._set_conj(true);
+    if (src.is_neg()) landing._set_neg(true);
+    dst.copy_(landing);
+  }
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const at::Tensor& src = self;
+  TORCH_CHECK(isInfini(src) || isInfini(dst), "infini: _copy_from called without an infini tensor");
+  TORCH_CHECK((isInfini(src) || src.is_cpu()) && (isInfini(dst) || dst.is_cpu()),
+              "infini: copy_ between ", src.device(), " and ", dst.device(), " is not supported");
+  TORCH_CHECK(at::is_expandable_to(src.sizes(), dst.sizes()), "copy_: source of shape ",
+              src.sizes(), " cannot be broadcast to destination of shape ", dst.sizes());
+  TORCH_CHECK_NOT_IMPLEMENTED(!(isInfini(src) && isInfini(dst) && (hasViewBits(src) || hasViewBits(dst))),
+                              "copy_: conjugate or negative views of infini tensors are not supported "
+                              "between infini tensors; call resolve_conj()/resolve_neg() on the CPU side");
+  at::assert_no_internal_overlap(dst);
+  if (dst.numel() == 0) return dst;
+  if (dst.is_same(src)) return dst;
+  at::Tensor expanded = src.expand(dst.sizes());
+
+  if (isInfini(dst) && isInfini(src)) {
+    at::Tensor source = expanded;
+    if (at::get_overlap_status(dst, expanded) != at::MemOverlapStatus::No) {
+      if (at::get_overlap_status(dst, expanded) == at::MemOverlapStatus::Full &&
+          dst.scalar_type() == src.scalar_type() && dst.strides() == expanded.strides())
+        return dst;
+      source = at::empty(expanded.sizes(), expanded.options());  // break the overlap
+      deviceToDevice(source, expanded);
+    }
+    deviceToDevice(dst, source);
+    return dst;
+  }
+  if (isInfini(dst)) {
+    // Dtype conversion and conj/neg bits are resolved on the CPU side.
+    at::Tensor host = expanded.to(dst.scalar_type()).resolve_conj().resolve_neg();
+    hostToDevice(dst, host, non_blocking);
+    return dst;
+  }
+  deviceToHost(dst, expanded, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  deviceToHost(host, self.reshape({}), /*non_blocking=*/false);
+  return at::_local_scalar_dense(host);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+}  // namespace
+}  // namespace torch_infini::ops

@@ -1,0 +1,34 @@
+#include "torch_infini/ops/kernel_provider.h"
+
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <mutex>
+
+#include "host_kernels.h"
+#include "torch_infini/runtime/backend.h"
+
+namespace torch_infini::ops {
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::Copy:
+      return "copy";
+    case Op::Cast:
+      return "cast";
+    case Op::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+KernelProvider& kernels() {
+  static KernelProvider* provider = [] {
+    runtime::DeviceRuntime& rt = runtime::get();
+    if (auto* host = dynamic_cast<runtime::HostRuntime*>(&rt)) return makeHostKernels(*host).release();
+    TORCH_CHECK(false, "infini: no kernel provider for backend '", rt.name(), "' in this build");
+  }();
+  return *provider;
+}
+
+}  // namespace torch_infini::ops

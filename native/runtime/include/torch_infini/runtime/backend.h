@@ -1,0 +1,32 @@
+// Backend selection: which DeviceRuntime provider serves `infini`.
+//
+// The choice is made once, before the first runtime use, from an explicit
+// selectBackend() call or else TORCH_INFINI_BACKEND (default "auto"). After
+// that it cannot change.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "torch_infini/runtime/device_runtime.h"
+
+namespace torch_infini::runtime {
+
+// Requests a backend ("auto", "host", or an InfiniRT type such as "cpu").
+// Throws c10::Error if the runtime is already initialized with another one.
+void selectBackend(const std::string& name);
+
+// The provider, initialized on first call. Throws if the requested backend
+// cannot be served (unknown name, not compiled in, no device).
+DeviceRuntime& get();
+
+// Like get(), but never throws: nullptr when initialization failed.
+DeviceRuntime* tryGet() noexcept;
+
+bool isInitialized() noexcept;
+// The backend that was requested (before init) or selected (after init).
+std::string requestedBackend();
+// Names that may be passed to selectBackend besides "auto".
+std::vector<std::string> compiledBackends();
+
+}  // namespace torch_infini::runtime

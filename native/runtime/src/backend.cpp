@@ -1,0 +1,114 @@
+#include "torch_infini/runtime/backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+#include "provider_registry.h"
+#include "torch_infini/runtime/host_runtime.h"
+
+namespace torch_infini::runtime {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::string requested;  // empty: not yet read from the environment
+  std::unique_ptr<DeviceRuntime> runtime;
+  std::atomic<DeviceRuntime*> ready{nullptr};
+};
+
+State& state() {
+  static State* s = new State();  // leaked on purpose: outlives static destructors
+  return *s;
+}
+
+std::string requestedLocked(State& s) {
+  if (s.requested.empty()) {
+    const char* env = std::getenv("TORCH_INFINI_BACKEND");
+    s.requested = (env != nullptr && *env != '\0') ? env : "auto";
+  }
+  return s.requested;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::unique_ptr<DeviceRuntime> create(const std::string& name) {
+  const auto& providers = externalProviders();
+  if (name == "host") return HostRuntime::fromEnvironment();
+  if (name == "auto") {
+    // First accelerator type with a device, else the Infini CPU backend,
+    // else the built-in host device.
+    for (const auto& p : providers)
+      if (p.accelerator && p.probe() > 0) return p.make();
+    for (const auto& p : providers)
+      if (!p.accelerator && p.probe() > 0) return p.make();
+    return HostRuntime::fromEnvironment();
+  }
+  for (const auto& p : providers) {
+    if (p.name != name) continue;
+    TORCH_CHECK(p.probe() > 0, "TORCH_INFINI_BACKEND=", name,
+                ": InfiniRT reports no device of this type");
+    return p.make();
+  }
+  TORCH_CHECK(false, "TORCH_INFINI_BACKEND=", name, " is not a backend of this build; choose auto or one of: ",
+              joined(compiledBackends()));
+}
+
+}  // namespace
+
+void selectBackend(const std::string& name) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.runtime) {
+    TORCH_CHECK(name == s.runtime->name() || (name == "auto" && requestedLocked(s) == "auto"),
+                "infini: the backend is already initialized as '", s.runtime->name(),
+                "' and cannot change to '", name, "'");
+    return;
+  }
+  auto names = compiledBackends();
+  TORCH_CHECK(name == "auto" || std::find(names.begin(), names.end(), name) != names.end(),
+              "infini: unknown backend '", name, "'; choose auto or one of: ", joined(names));
+  s.requested = name;
+}
+
+DeviceRuntime& get() {
+  State& s = state();
+  if (DeviceRuntime* r = s.ready.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.runtime) {
+    s.runtime = create(requestedLocked(s));
+    s.ready.store(s.runtime.get(), std::memory_order_release);
+  }
+  return *s.runtime;
+}
+
+DeviceRuntime* tryGet() noexcept {
+  try {
+    return &get();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+bool isInitialized() noexcept { return state().ready.load() != nullptr; }
+
+std::string requestedBackend() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.runtime ? s.runtime->name() : requestedLocked(s);
+}
+
+std::vector<std::string> compiledBackends() {
+  std::vector<std::string> names{"host"};
+  for (const auto& p : externalProviders()) names.push_back(p.name);
+  return names;
+}
+
+}  // namespace torch_infini::runtime

@@ -1,0 +1,20 @@
+#include <c10/core/DeviceType.h>
+
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/torch_infini.h"
+
+namespace torch_infini {
+
+void init(const std::string& backend) {
+  if (!backend.empty()) runtime::selectBackend(backend);
+  // Python renames through torch.utils.rename_privateuse1_backend; C++ apps
+  // get the same name here. Renaming again to the same name is allowed.
+  if (c10::get_privateuse1_backend() != "infini") c10::register_privateuse1_backend("infini");
+  runtime::get();
+}
+
+std::string backend() { return runtime::get().name(); }
+
+std::vector<std::string> compiledBackends() { return runtime::compiledBackends(); }
+
+}  // namespace torch_infini

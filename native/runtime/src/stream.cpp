@@ -1,0 +1,120 @@
+#include "torch_infini/runtime/stream.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "torch_infini/runtime/backend.h"
+
+namespace torch_infini {
+namespace {
+
+struct DeviceStreams {
+  std::mutex mutex;
+  std::array<std::atomic<runtime::StreamHandle>, kStreamPoolSize + 1> handles{};
+  std::atomic<uint32_t> next{0};
+};
+
+// One table per device, created on first use and never freed: streams live
+// as long as the process, as CUDA's pool streams do.
+std::vector<std::unique_ptr<DeviceStreams>>& tables() {
+  static auto* t = [] {
+    auto* v = new std::vector<std::unique_ptr<DeviceStreams>>();
+    int n = deviceCount();
+    for (int i = 0; i < n; ++i) v->push_back(std::make_unique<DeviceStreams>());
+    return v;
+  }();
+  return *t;
+}
+
+runtime::StreamHandle handleFor(int device, c10::StreamId id) {
+  DeviceStreams& t = *tables()[device];
+  runtime::StreamHandle h = t.handles[id].load(std::memory_order_acquire);
+  if (h != nullptr) return h;
+  std::lock_guard<std::mutex> lock(t.mutex);
+  h = t.handles[id].load(std::memory_order_relaxed);
+  if (h == nullptr) {
+    h = runtime::get().createStream(device);
+    t.handles[id].store(h, std::memory_order_release);
+  }
+  return h;
+}
+
+thread_local int tls_device = 0;
+thread_local std::vector<c10::StreamId> tls_streams;  // current id per device
+
+c10::Stream makeStream(int device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+}  // namespace
+
+int deviceCount() noexcept {
+  runtime::DeviceRuntime* rt = runtime::tryGet();
+  return rt == nullptr ? 0 : rt->deviceCount();
+}
+
+void checkDeviceIndex(int device) {
+  int count = runtime::get().deviceCount();
+  TORCH_CHECK_INDEX(device >= 0 && device < count, "infini: invalid device index ", device,
+                    "; the '", runtime::get().name(), "' backend has ", count, " device(s)");
+}
+
+int currentDevice() {
+  runtime::get();  // surfaces a backend initialization error here
+  return tls_device;
+}
+
+void setCurrentDevice(int device) {
+  checkDeviceIndex(device);
+  if (device == tls_device) return;
+  runtime::get().setDevice(device);
+  tls_device = device;
+}
+
+int resolveDevice(int device) {
+  if (device < 0) return currentDevice();
+  checkDeviceIndex(device);
+  return device;
+}
+
+c10::Stream currentStream(int device) {
+  device = resolveDevice(device);
+  c10::StreamId id = static_cast<size_t>(device) < tls_streams.size() ? tls_streams[device] : 0;
+  return makeStream(device, id);
+}
+
+c10::Stream defaultStream(int device) { return makeStream(resolveDevice(device), 0); }
+
+c10::Stream streamFromPool(int device) {
+  device = resolveDevice(device);
+  uint32_t slot = tables()[device]->next.fetch_add(1) % kStreamPoolSize;
+  return makeStream(device, static_cast<c10::StreamId>(slot) + 1);
+}
+
+c10::Stream exchangeStream(const c10::Stream& stream) {
+  nativeStream(stream);  // validates
+  int device = stream.device_index();
+  c10::Stream previous = currentStream(device);
+  if (tls_streams.size() <= static_cast<size_t>(device)) tls_streams.resize(device + 1, 0);
+  tls_streams[device] = stream.id();
+  return previous;
+}
+
+runtime::StreamHandle nativeStream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "infini: expected an infini stream, got a stream of ", stream.device());
+  int device = stream.device_index();
+  checkDeviceIndex(device);
+  TORCH_CHECK(stream.id() >= 0 && stream.id() <= kStreamPoolSize, "infini: invalid stream id ",
+              stream.id(), " on device ", device);
+  return handleFor(device, stream.id());
+}
+
+void synchronizeDevice(int device) { runtime::get().synchronizeDevice(resolveDevice(device)); }
+
+}  // namespace torch_infini

@@ -1,0 +1,49 @@
+"""torch_infini: the `infini` PyTorch device on the Infini stack.
+
+Importing the package registers the PrivateUse1 backend as ``infini`` and
+installs ``torch.infini``, which follows ``torch.cuda``'s names and semantics.
+"""
+
+from __future__ import annotations
+
+# 1. Version guard, before anything is renamed, loaded or registered.
+from . import _version_guard
+
+_version_guard.check_installed()
+
+import torch  # noqa: E402
+
+from . import _backend  # noqa: E402
+
+# 2. Select the backend: the environment is read once, here.
+_requested_backend = _backend.requested_from_environment()
+
+# 3. Rename PrivateUse1, load the native library (its registrations), hand
+# it the selection.
+if torch._C._get_privateuse1_backend_name() != "infini":
+    torch.utils.rename_privateuse1_backend("infini")
+
+from . import _C  # noqa: E402
+
+_backend.apply(_requested_backend)
+
+# 4. torch.infini and the generated Tensor/Module/Storage methods.
+from . import infini as _infini_module  # noqa: E402
+
+torch._register_device_module("infini", _infini_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402
+from ._build_info import TORCH_VERSION as built_torch_version  # noqa: E402
+from ._build_info import VERSION as __version__  # noqa: E402
+
+__all__ = [
+    "backend",
+    "built_torch_version",
+    "compiled_backends",
+    "is_initialized",
+    "set_backend",
+    "__version__",
+]

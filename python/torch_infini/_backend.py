@@ -1,0 +1,66 @@
+"""Backend selection: which provider serves the `infini` device.
+
+``TORCH_INFINI_BACKEND`` (``auto``, ``host``, or an InfiniRT device type such
+as ``cpu`` or ``nvidia``) is read once, at import. ``auto`` picks the first
+InfiniRT accelerator type with a device, else InfiniRT's CPU backend, else the
+built-in ``host`` reference device. The runtime initializes on first use;
+after that the backend cannot change.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_VAR = "TORCH_INFINI_BACKEND"
+
+
+def requested_from_environment() -> str:
+    value = os.environ.get(ENV_VAR, "").strip()
+    return value or "auto"
+
+
+def apply(name: str) -> None:
+    """Hands the request to the native layer; eager init for explicit names.
+
+    An explicit backend that cannot be served (not compiled in, no device)
+    fails here, at import, with the reason.
+    """
+    from . import _C
+
+    _C._select_backend(name)
+    if name != "auto":
+        _C._init()
+
+
+def backend() -> str:
+    """The selected backend's name ("host", "cpu", "nvidia", ...).
+
+    Initializes the runtime if nothing has used it yet.
+    """
+    from . import _C
+
+    _C._init()
+    return _C._backend()
+
+
+def set_backend(name: str) -> None:
+    """Selects a backend before the runtime is initialized.
+
+    Raises RuntimeError once the runtime is initialized with another backend.
+    """
+    from . import _C
+
+    _C._select_backend(name)
+
+
+def is_initialized() -> bool:
+    from . import _C
+
+    return bool(_C._is_initialized())
+
+
+def compiled_backends() -> list[str]:
+    """Backends this build can serve besides ``auto``."""
+    from . import _C
+
+    return list(_C._compiled_backends())

@@ -15,6 +15,8 @@ from ._device import (
     set_device,
     synchronize,
 )
+from ._random import _is_in_bad_fork as _is_in_bad_fork
+from ._random import initial_seed, manual_seed, manual_seed_all
 from ._streams import (
     Event,
     Stream,
@@ -36,9 +38,12 @@ __all__ = [
     "device_count",
     "device_of",
     "get_device_name",
+    "initial_seed",
     "init",
     "is_available",
     "is_initialized",
+    "manual_seed",
+    "manual_seed_all",
     "mem_get_info",
     "set_device",
     "set_stream",

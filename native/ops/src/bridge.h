@@ -35,4 +35,25 @@ inline void requireKernel(const char* aten_op, Op op, c10::ScalarType dtype) {
                               "' kernel provider (", opName(op), " kernel)");
 }
 
+// PyTorch's own wording for tensors on different devices.
+inline void checkSameDevice(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.device() == b.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              a.device(), " and ", b.device(), "!");
+}
+
+inline void checkInfiniTensor(const char* aten_op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(isInfini(t), aten_op, ": expected ", arg, " to be an infini tensor, got a tensor on ",
+              t.device());
+}
+
+// Raises NotImplementedError unless `dtype` is the only dtype involved.
+inline void requireSameDtype(const char* aten_op, c10::ScalarType expected, c10::ScalarType got,
+                             const char* what) {
+  TORCH_CHECK_NOT_IMPLEMENTED(expected == got, aten_op, ": ", what, " has dtype ",
+                              c10::toString(got), " but the result dtype is ",
+                              c10::toString(expected), "; type promotion is not supported on infini "
+                              "(backend '", runtime::get().name(), "') yet");
+}
+
 }  // namespace torch_infini::ops

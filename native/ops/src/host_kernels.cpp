@@ -15,16 +15,30 @@ at::Tensor alias(const TensorRef& ref) {
 
 class HostKernels final : public KernelProvider {
  public:
-  explicit HostKernels(runtime::HostRuntime& runtime) : runtime_(runtime) {}
-
   const std::string& name() const override { return name_; }
 
+  // The (operator, dtype) pairs mirror what the bridge offers on the Infini
+  // stack, so passing on host means passing there.
   bool supports(Op op, c10::ScalarType dtype) const override {
+    using c10::ScalarType;
+    const bool floating = dtype == ScalarType::Float || dtype == ScalarType::Half ||
+                          dtype == ScalarType::BFloat16 || dtype == ScalarType::Double;
+    const bool integral = c10::isIntegralType(dtype, /*includeBool=*/false);
     switch (op) {
       case Op::Copy:
       case Op::Cast:
+      case Op::Fill:
         return c10::isIntegralType(dtype, /*includeBool=*/true) || c10::isFloatingType(dtype) ||
                c10::isComplexType(dtype);
+      case Op::Add:
+      case Op::Mul:
+      case Op::Relu:
+        return floating || integral;
+      case Op::Silu:
+        return floating;
+      case Op::Gemm:
+      case Op::RmsNorm:
+        return dtype == ScalarType::Float;
       case Op::kCount:
         break;
     }
@@ -34,18 +48,83 @@ class HostKernels final : public KernelProvider {
   bool supportsPeer() const override { return true; }
 
   void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
-    runtime::HostRuntime::stream(stream).submit([dst, src] { alias(dst).copy_(alias(src)); });
+    submit(stream, [dst, src] { alias(dst).copy_(alias(src)); });
+  }
+
+  void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) override {
+    submit(stream, [dst, value] { alias(dst).fill_(value); });
+  }
+
+  void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
+           runtime::StreamHandle stream) override {
+    submit(stream, [out, a, b, alpha] {
+      at::Tensor o = alias(out);
+      at::add_out(o, alias(a), alias(b), scalarFor(out.dtype, alpha));
+    });
+  }
+
+  void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
+           runtime::StreamHandle stream) override {
+    submit(stream, [out, a, b] {
+      at::Tensor o = alias(out);
+      at::mul_out(o, alias(a), alias(b));
+    });
+  }
+
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
+            runtime::StreamHandle stream) override {
+    submit(stream, [out, a, b, alpha] {
+      at::Tensor o = alias(out);
+      // beta = 0: the output's previous contents are ignored, as in Gemm.
+      if (out.dim() == 3) {
+        at::baddbmm_out(o, o, alias(a), alias(b), /*beta=*/0, alpha);
+      } else {
+        at::addmm_out(o, o, alias(a), alias(b), /*beta=*/0, alpha);
+      }
+    });
+  }
+
+  void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(stream, [out, x] {
+      at::Tensor o = alias(out);
+      at::clamp_min_out(o, alias(x), 0);
+    });
+  }
+
+  void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(stream, [out, x] {
+      at::Tensor o = alias(out);
+      at::silu_out(o, alias(x));
+    });
+  }
+
+  void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
+               runtime::StreamHandle stream) override {
+    submit(stream, [out, x, weight, eps] {
+      const int64_t n = x.sizes.back();
+      alias(out).copy_(at::rms_norm(alias(x), {n}, alias(weight), eps));
+    });
   }
 
  private:
+  template <typename F>
+  static void submit(runtime::StreamHandle stream, F&& work) {
+    runtime::HostRuntime::stream(stream).submit(std::forward<F>(work));
+  }
+
+  // alpha as the output dtype's kind of scalar (integral outputs need one).
+  static c10::Scalar scalarFor(c10::ScalarType dtype, double alpha) {
+    if (c10::isIntegralType(dtype, /*includeBool=*/true)) return static_cast<int64_t>(alpha);
+    return alpha;
+  }
+
   const std::string name_ = "host";
-  runtime::HostRuntime& runtime_;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelProvider> makeHostKernels(runtime::HostRuntime& runtime) {
-  return std::make_unique<HostKernels>(runtime);
+std::unique_ptr<KernelProvider> makeHostKernels() {
+  return std::make_unique<HostKernels>();
 }
 
 }  // namespace torch_infini::ops

@@ -9,6 +9,7 @@
 
 namespace torch_infini::ops {
 
-std::unique_ptr<KernelProvider> makeHostKernels(runtime::HostRuntime& runtime);
+// Only valid with the host runtime: it submits work to HostStream queues.
+std::unique_ptr<KernelProvider> makeHostKernels();
 
 }  // namespace torch_infini::ops

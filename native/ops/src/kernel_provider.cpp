@@ -16,6 +16,20 @@ const char* opName(Op op) {
       return "copy";
     case Op::Cast:
       return "cast";
+    case Op::Fill:
+      return "fill";
+    case Op::Add:
+      return "add";
+    case Op::Mul:
+      return "mul";
+    case Op::Gemm:
+      return "gemm";
+    case Op::Relu:
+      return "relu";
+    case Op::Silu:
+      return "silu";
+    case Op::RmsNorm:
+      return "rms_norm";
     case Op::kCount:
       break;
   }
@@ -25,7 +39,7 @@ const char* opName(Op op) {
 KernelProvider& kernels() {
   static KernelProvider* provider = [] {
     runtime::DeviceRuntime& rt = runtime::get();
-    if (auto* host = dynamic_cast<runtime::HostRuntime*>(&rt)) return makeHostKernels(*host).release();
+    if (dynamic_cast<runtime::HostRuntime*>(&rt) != nullptr) return makeHostKernels().release();
     TORCH_CHECK(false, "infini: no kernel provider for backend '", rt.name(), "' in this build");
   }();
   return *provider;

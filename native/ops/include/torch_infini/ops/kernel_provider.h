@@ -7,6 +7,7 @@
 // and `infiniops` (InfiniOps operators, implementation index 0).
 #pragma once
 
+#include <c10/core/Scalar.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
 
@@ -35,8 +36,15 @@ struct TensorRef {
 // Operators of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class Op : uint8_t {
-  Copy,  // same-dtype strided copy, dst and src of equal shape
-  Cast,  // strided copy converting src dtype into dst dtype (dtype = src)
+  Copy,     // same-dtype strided copy, dst and src of equal shape
+  Cast,     // strided copy converting src dtype into dst dtype (dtype = src)
+  Fill,     // dst[...] = value
+  Add,      // out = a + alpha * b
+  Mul,      // out = a * b
+  Gemm,     // out = alpha * a @ b, 2-D or batched 3-D
+  Relu,     // out = max(x, 0)
+  Silu,     // out = x * sigmoid(x)
+  RmsNorm,  // out = x / sqrt(mean(x^2, -1) + eps) * weight
   kCount
 };
 
@@ -53,6 +61,24 @@ class KernelProvider {
   // same backend only if the provider says so through supportsPeer().
   virtual void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) = 0;
   virtual bool supportsPeer() const = 0;
+
+  // Every view below has the output's dtype and lives on one device. Inputs
+  // of elementwise operators arrive broadcast to the output's shape (stride
+  // 0 on broadcast dimensions); outputs never overlap themselves.
+  virtual void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) = 0;
+  virtual void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
+                   runtime::StreamHandle stream) = 0;
+  virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
+                   runtime::StreamHandle stream) = 0;
+  // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
+  // stride in one of the last two dimensions.
+  virtual void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
+                    runtime::StreamHandle stream) = 0;
+  virtual void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
+  virtual void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
+  // Normalizes over the last dimension; x and out are 2-D or 3-D.
+  virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight,
+                       float eps, runtime::StreamHandle stream) = 0;
 };
 
 // The provider paired with the selected runtime (host runtime: host kernels;

@@ -1,0 +1,253 @@
+// Elementwise operators: add, mul (Tensor, in-place, out=), relu, silu
+// (out-of-place, in-place, out=), fill_ and zero_.
+//
+// Output geometry, broadcasting, memory overlap and out= resizing follow
+// TensorIterator exactly (it is built for its checks and output allocation
+// only); the work itself goes to the kernel seam on the current stream.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include "bridge.h"
+
+namespace torch_infini::ops {
+namespace {
+
+// A 0-dim CPU tensor (e.g. the wrapped `0.5` in `x * 0.5`) becomes a
+// 0-dim device tensor filled by a stream-ordered kernel: no synchronization.
+at::Tensor deviceScalar(const at::Tensor& cpu_scalar, c10::ScalarType dtype, const at::Tensor& like) {
+  at::Tensor t = at::empty({}, like.options().dtype(dtype));
+  at::Scalar value = cpu_scalar.item();
+  if (kernels().supports(Op::Fill, dtype)) {
+    kernels().fill(toRef(t), value, streamOf(t));
+  } else {
+    t.copy_(at::scalar_tensor(value, at::TensorOptions().dtype(dtype)));
+  }
+  return t;
+}
+
+bool isCpuScalar(const at::Tensor& t) { return t.is_cpu() && t.dim() == 0; }
+
+// Brings both operands of a binary operator to the same infini device and a
+// single dtype, or raises naming what does not fit.
+std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const at::Tensor& self,
+                                                 const at::Tensor& other) {
+  const c10::ScalarType dtype = at::result_type(self, other);
+  at::Tensor a = self;
+  at::Tensor b = other;
+  if (isInfini(a) && isCpuScalar(b)) b = deviceScalar(b, dtype, a);
+  if (isInfini(b) && isCpuScalar(a)) a = deviceScalar(a, dtype, b);
+  TORCH_CHECK(isInfini(a) && isInfini(b),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              a.device(), " and ", b.device(), "!");
+  checkSameDevice(a, b);
+  requireSameDtype(name, dtype, a.scalar_type(), "the first operand");
+  requireSameDtype(name, dtype, b.scalar_type(), "the second operand");
+  requireKernel(name, op, dtype);
+  return {a, b};
+}
+
+// Output geometry and checks from TensorIterator; `out` undefined allocates.
+at::Tensor elementwiseOutput(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
+  at::TensorIteratorConfig config;
+  config.set_check_mem_overlap(true).check_all_same_dtype(true).add_output(out);
+  for (const at::Tensor& in : inputs) config.add_const_input(in);
+  return config.build().output();
+}
+
+void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtype) {
+  requireSameDtype(name, dtype, out.scalar_type(), "out");
+}
+
+// ---------------------------------------------------------------- add, mul
+
+// Computes into `out` (undefined: a new tensor) and returns the result.
+at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
+                        const at::Tensor& other, const at::Scalar& alpha) {
+  auto [a, b] = binaryOperands(name, op, self, other);
+  if (out.defined()) {
+    checkInfiniTensor(name, "out", out);
+    checkSameDevice(a, out);
+    checkOutDtype(name, out, a.scalar_type());
+  }
+  at::Tensor result = elementwiseOutput(out, {a, b});
+  if (result.numel() == 0) return result;
+  TensorRef out_ref = toRef(result);
+  TensorRef a_ref = toRef(a.expand(result.sizes()));
+  TensorRef b_ref = toRef(b.expand(result.sizes()));
+  if (op == Op::Add) {
+    kernels().add(out_ref, a_ref, b_ref, alpha.toDouble(), streamOf(result));
+  } else {
+    kernels().mul(out_ref, a_ref, b_ref, streamOf(result));
+  }
+  return result;
+}
+
+at::Tensor& binaryInto(const char* name, Op op, at::Tensor& out, const at::Tensor& self,
+                       const at::Tensor& other, const at::Scalar& alpha) {
+  binaryKernel(name, op, out, self, other, alpha);
+  return out;
+}
+
+at::Tensor binary(const char* name, Op op, const at::Tensor& self, const at::Tensor& other,
+                  const at::Scalar& alpha) {
+  return binaryKernel(name, op, at::Tensor(), self, other, alpha);
+}
+
+void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  // PyTorch's rule: an integral result needs an integral alpha, a non-bool
+  // result a non-bool alpha.
+  const auto dtype = at::result_type(self, other);
+  TORCH_CHECK(!alpha.isBoolean() || dtype == at::kBool,
+              "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || alpha.isIntegral(true),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+}
+
+at::Tensor add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  checkAlpha(self, other, alpha);
+  return binary("add", Op::Add, self, other, alpha);
+}
+
+at::Tensor& add__Tensor(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  checkAlpha(self, other, alpha);
+  return binaryInto("add_", Op::Add, self, self, other, alpha);
+}
+
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out) {
+  checkAlpha(self, other, alpha);
+  return binaryInto("add.out", Op::Add, out, self, other, alpha);
+}
+
+at::Tensor mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
+  return binary("mul", Op::Mul, self, other, 1);
+}
+
+at::Tensor& mul__Tensor(at::Tensor& self, const at::Tensor& other) {
+  return binaryInto("mul_", Op::Mul, self, self, other, 1);
+}
+
+at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  return binaryInto("mul.out", Op::Mul, out, self, other, 1);
+}
+
+// -------------------------------------------------------------- relu, silu
+
+using UnaryKernel = void (KernelProvider::*)(const TensorRef&, const TensorRef&,
+                                             runtime::StreamHandle);
+
+// Computes into `out` (undefined: a new tensor) and returns the result.
+at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
+                       const at::Tensor& out) {
+  checkInfiniTensor(name, "input", self);
+  if (out.defined()) {
+    checkInfiniTensor(name, "out", out);
+    checkSameDevice(self, out);
+    checkOutDtype(name, out, self.scalar_type());
+  }
+  requireKernel(name, op, self.scalar_type());
+  at::Tensor result = elementwiseOutput(out, {self});
+  if (result.numel() > 0) (kernels().*kernel)(toRef(result), toRef(self), streamOf(result));
+  return result;
+}
+
+at::Tensor& unaryInto(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
+                      at::Tensor& out) {
+  unaryKernel(name, op, kernel, self, out);
+  return out;
+}
+
+at::Tensor unary(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self) {
+  return unaryKernel(name, op, kernel, self, at::Tensor());
+}
+
+at::Tensor relu(const at::Tensor& self) {
+  return unary("relu", Op::Relu, &KernelProvider::relu, self);
+}
+at::Tensor& relu_(at::Tensor& self) {
+  return unaryInto("relu_", Op::Relu, &KernelProvider::relu, self, self);
+}
+at::Tensor& relu_out(const at::Tensor& self, at::Tensor& out) {
+  return unaryInto("relu.out", Op::Relu, &KernelProvider::relu, self, out);
+}
+at::Tensor silu(const at::Tensor& self) {
+  return unary("silu", Op::Silu, &KernelProvider::silu, self);
+}
+at::Tensor& silu_(at::Tensor& self) {
+  return unaryInto("silu_", Op::Silu, &KernelProvider::silu, self, self);
+}
+at::Tensor& silu_out(const at::Tensor& self, at::Tensor& out) {
+  return unaryInto("silu.out", Op::Silu, &KernelProvider::silu, self, out);
+}
+
+// ------------------------------------------------------------ fill, zero
+
+bool isDenseSpan(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
+
+at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
+  checkInfiniTensor("fill_", "self", self);
+  at::assert_no_internal_overlap(self);
+  if (self.numel() == 0) return self;
+  KernelProvider& k = kernels();
+  if (k.supports(Op::Fill, self.scalar_type())) {
+    k.fill(toRef(self), value, streamOf(self));
+    return self;
+  }
+  // No fill kernel: a dense tensor takes the pattern from host memory.
+  TORCH_CHECK_NOT_IMPLEMENTED(isDenseSpan(self), "fill_: dtype ", c10::toString(self.scalar_type()),
+                              " on a non-dense tensor is not supported on infini by the '",
+                              k.name(), "' kernel provider (fill kernel)");
+  at::Tensor pattern = at::empty_strided(self.sizes(), self.strides(),
+                                         self.options().device(at::kCPU));
+  pattern.fill_(value);
+  self.copy_(pattern);
+  return self;
+}
+
+at::Tensor& fill_Tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  if (isInfini(value)) {
+    checkSameDevice(self, value);
+    self.copy_(value.expand(self.sizes()));  // stays on the device
+    return self;
+  }
+  return fill_Scalar(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  checkInfiniTensor("zero_", "self", self);
+  at::assert_no_internal_overlap(self);
+  if (self.numel() == 0) return self;
+  if (isDenseSpan(self)) {
+    // Zero bytes are zero in every dtype: the runtime's memset does it.
+    runtime::get().memsetAsync(self.data_ptr(), 0, self.numel() * self.element_size(),
+                               streamOf(self));
+    return self;
+  }
+  return fill_Scalar(self, 0);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.Tensor", add_Tensor);
+  m.impl("add_.Tensor", add__Tensor);
+  m.impl("add.out", add_out);
+  m.impl("mul.Tensor", mul_Tensor);
+  m.impl("mul_.Tensor", mul__Tensor);
+  m.impl("mul.out", mul_out);
+  m.impl("relu", relu);
+  m.impl("relu_", relu_);
+  m.impl("relu.out", relu_out);
+  m.impl("silu", silu);
+  m.impl("silu_", silu_);
+  m.impl("silu.out", silu_out);
+  m.impl("fill_.Scalar", fill_Scalar);
+  m.impl("fill_.Tensor", fill_Tensor);
+  m.impl("zero_", zero_);
+}
+
+}  // namespace
+}  // namespace torch_infini::ops

@@ -1,0 +1,148 @@
+// Matrix products: mm, bmm, addmm (and their out= variants) through the
+// kernel seam's Gemm. Transposed operands go to the kernel as strided views
+// (no copy) as long as one of their last two dimensions has unit stride.
+// addmm composes Gemm (alpha) and Add (beta * bias, broadcast).
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include "bridge.h"
+
+namespace torch_infini::ops {
+namespace {
+
+// A view Gemm can read: row-major or column-major in the last two dims.
+bool gemmReadable(const at::Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  return (cs == 1 && rs >= std::max<int64_t>(1, cols)) ||
+         (rs == 1 && cs >= std::max<int64_t>(1, rows));
+}
+
+at::Tensor gemmOperand(const at::Tensor& t) { return gemmReadable(t) ? t : t.contiguous(); }
+
+void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, int64_t dim) {
+  checkInfiniTensor(name, "the first operand", a);
+  checkInfiniTensor(name, "the second operand", b);
+  checkSameDevice(a, b);
+  TORCH_CHECK(a.dim() == dim, name, ": expected a ", dim, "-D tensor for the first operand, got ",
+              a.dim(), "-D");
+  TORCH_CHECK(b.dim() == dim, name, ": expected a ", dim, "-D tensor for the second operand, got ",
+              b.dim(), "-D");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+  if (dim == 3) {
+    TORCH_CHECK(a.size(0) == b.size(0), name, ": batch1 and batch2 must have the same number of "
+                "batches, got ", a.size(0), " and ", b.size(0));
+  }
+  TORCH_CHECK(a.size(-1) == b.size(-2), name, ": mat1 and mat2 shapes cannot be multiplied (",
+              a.size(-2), "x", a.size(-1), " and ", b.size(-2), "x", b.size(-1), ")");
+  requireKernel(name, Op::Gemm, a.scalar_type());
+}
+
+// result = alpha * a @ b, written into `result` (shape checked by callers).
+void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b, float alpha) {
+  if (result.numel() == 0) return;
+  if (a.size(-1) == 0) {  // empty inner dimension: the product is all zeros
+    result.zero_();
+    return;
+  }
+  // The kernel writes a dense row-major output; anything else goes via a temp.
+  const bool direct = result.is_contiguous();
+  at::Tensor target = direct ? result : at::empty(result.sizes(), result.options());
+  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), alpha,
+                 streamOf(target));
+  if (!direct) result.copy_(target);
+}
+
+std::vector<int64_t> productShape(const at::Tensor& a, const at::Tensor& b) {
+  if (a.dim() == 3) return {a.size(0), a.size(1), b.size(2)};
+  return {a.size(0), b.size(1)};
+}
+
+void prepareOut(const char* name, at::Tensor& out, const at::Tensor& a, at::IntArrayRef shape) {
+  checkInfiniTensor(name, "out", out);
+  checkSameDevice(a, out);
+  requireSameDtype(name, a.scalar_type(), out.scalar_type(), "out");
+  at::native::resize_output(out, shape);
+}
+
+at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
+  checkOperands("mm", self, mat2, 2);
+  at::Tensor result = at::empty(productShape(self, mat2), self.options());
+  gemmInto(result, self, mat2, 1.0f);
+  return result;
+}
+
+at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  checkOperands("mm.out", self, mat2, 2);
+  prepareOut("mm.out", out, self, productShape(self, mat2));
+  gemmInto(out, self, mat2, 1.0f);
+  return out;
+}
+
+at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  checkOperands("bmm", self, mat2, 3);
+  at::Tensor result = at::empty(productShape(self, mat2), self.options());
+  gemmInto(result, self, mat2, 1.0f);
+  return result;
+}
+
+at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  checkOperands("bmm.out", self, mat2, 3);
+  prepareOut("bmm.out", out, self, productShape(self, mat2));
+  gemmInto(out, self, mat2, 1.0f);
+  return out;
+}
+
+// out = beta * bias + alpha * (mat1 @ mat2)
+void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const at::Tensor& mat1,
+               const at::Tensor& mat2, const at::Scalar& beta, const at::Scalar& alpha) {
+  checkInfiniTensor(name, "self", bias);
+  checkSameDevice(bias, mat1);
+  requireSameDtype(name, mat1.scalar_type(), bias.scalar_type(), "self");
+  const double beta_value = beta.toDouble();
+  if (beta_value != 0.0) requireKernel(name, Op::Add, mat1.scalar_type());
+  std::vector<int64_t> shape = productShape(mat1, mat2);
+  TORCH_CHECK(at::is_expandable_to(bias.sizes(), shape), name, ": self of shape ", bias.sizes(),
+              " cannot be broadcast to the product shape ", at::IntArrayRef(shape));
+  gemmInto(out, mat1, mat2, static_cast<float>(alpha.toDouble()));
+  // beta == 0 ignores self entirely (even NaN), as PyTorch does.
+  if (beta_value != 0.0 && out.numel() > 0) {
+    kernels().add(toRef(out), toRef(out), toRef(bias.expand(shape)), beta_value, streamOf(out));
+  }
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                 const at::Scalar& beta, const at::Scalar& alpha) {
+  checkOperands("addmm", mat1, mat2, 2);
+  at::Tensor result = at::empty(productShape(mat1, mat2), mat1.options());
+  addmmInto("addmm", result, self, mat1, mat2, beta, alpha);
+  return result;
+}
+
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  checkOperands("addmm.out", mat1, mat2, 2);
+  at::assert_no_internal_overlap(out);
+  // The product is written before self is read: keep a copy when they share memory.
+  const bool shares = out.defined() && self.defined() && isInfini(self) &&
+                      out.storage().is_alias_of(self.storage());
+  const at::Tensor bias = shares ? self.clone() : self;
+  prepareOut("addmm.out", out, mat1, productShape(mat1, mat2));
+  addmmInto("addmm.out", out, bias, mat1, mat2, beta, alpha);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", mm);
+  m.impl("mm.out", mm_out);
+  m.impl("bmm", bmm);
+  m.impl("bmm.out", bmm_out);
+  m.impl("addmm", addmm);
+  m.impl("addmm.out", addmm_out);
+}
+
+}  // namespace
+}  // namespace torch_infini::ops

@@ -196,12 +196,12 @@ at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
     k.fill(toRef(self), value, streamOf(self));
     return self;
   }
-  // No fill kernel: a dense tensor takes the pattern from host memory.
-  TORCH_CHECK_NOT_IMPLEMENTED(isDenseSpan(self), "fill_: dtype ", c10::toString(self.scalar_type()),
-                              " on a non-dense tensor is not supported on infini by the '",
-                              k.name(), "' kernel provider (fill kernel)");
-  at::Tensor pattern = at::empty_strided(self.sizes(), self.strides(),
-                                         self.options().device(at::kCPU));
+  // No fill kernel: the pattern is uploaded once, in self's own layout when
+  // self is dense; copy_ scatters it into a strided view on the device.
+  at::Tensor pattern = isDenseSpan(self)
+                           ? at::empty_strided(self.sizes(), self.strides(),
+                                               self.options().device(at::kCPU))
+                           : at::empty(self.sizes(), self.options().device(at::kCPU));
   pattern.fill_(value);
   self.copy_(pattern);
   return self;

@@ -17,13 +17,18 @@ class HostKernels final : public KernelProvider {
  public:
   const std::string& name() const override { return name_; }
 
-  // The (operator, dtype) pairs mirror what the bridge offers on the Infini
-  // stack, so passing on host means passing there.
+  // The (operator, dtype) pairs mirror what InfiniOps offers for the same
+  // operator (README, "Operators"), so passing on host means passing on the
+  // Infini stack. Copies and fills work for every dtype on both.
   bool supports(Op op, c10::ScalarType dtype) const override {
     using c10::ScalarType;
     const bool floating = dtype == ScalarType::Float || dtype == ScalarType::Half ||
                           dtype == ScalarType::BFloat16 || dtype == ScalarType::Double;
-    const bool integral = c10::isIntegralType(dtype, /*includeBool=*/false);
+    const bool signed_or_byte = dtype == ScalarType::Char || dtype == ScalarType::Short ||
+                                dtype == ScalarType::Int || dtype == ScalarType::Long ||
+                                dtype == ScalarType::Byte;
+    const bool wide_unsigned = dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 ||
+                               dtype == ScalarType::UInt64;
     switch (op) {
       case Op::Copy:
       case Op::Cast:
@@ -32,8 +37,9 @@ class HostKernels final : public KernelProvider {
                c10::isComplexType(dtype);
       case Op::Add:
       case Op::Mul:
+        return floating || signed_or_byte || wide_unsigned;
       case Op::Relu:
-        return floating || integral;
+        return floating || signed_or_byte;
       case Op::Silu:
         return floating;
       case Op::Gemm:

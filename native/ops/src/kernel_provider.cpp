@@ -6,6 +6,9 @@
 #include <mutex>
 
 #include "host_kernels.h"
+#if TORCH_INFINI_WITH_INFINIOPS
+#include "infiniops_kernels.h"
+#endif
 #include "torch_infini/runtime/backend.h"
 
 namespace torch_infini::ops {
@@ -40,7 +43,12 @@ KernelProvider& kernels() {
   static KernelProvider* provider = [] {
     runtime::DeviceRuntime& rt = runtime::get();
     if (dynamic_cast<runtime::HostRuntime*>(&rt) != nullptr) return makeHostKernels().release();
-    TORCH_CHECK(false, "infini: no kernel provider for backend '", rt.name(), "' in this build");
+#if TORCH_INFINI_WITH_INFINIOPS
+    if (auto* infinirt = dynamic_cast<runtime::InfiniRtRuntime*>(&rt))
+      return makeInfiniOpsKernels(*infinirt).release();
+#endif
+    TORCH_CHECK(false, "infini: no kernel provider for backend '", rt.name(),
+                "' in this build (InfiniOps was not found at build time)");
   }();
   return *provider;
 }

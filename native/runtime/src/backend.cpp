@@ -61,6 +61,15 @@ std::unique_ptr<DeviceRuntime> create(const std::string& name) {
               joined(compiledBackends()));
 }
 
+// Every InfiniRT device type, compiled in or not, for precise messages.
+bool isInfiniType(const std::string& name) {
+  static const char* const kTypes[] = {"cpu",   "nvidia", "cambricon", "ascend",
+                                       "metax", "moore",  "iluvatar",  "hygon"};
+  for (const char* t : kTypes)
+    if (name == t) return true;
+  return false;
+}
+
 }  // namespace
 
 void selectBackend(const std::string& name) {
@@ -73,8 +82,12 @@ void selectBackend(const std::string& name) {
     return;
   }
   auto names = compiledBackends();
-  TORCH_CHECK(name == "auto" || std::find(names.begin(), names.end(), name) != names.end(),
-              "infini: unknown backend '", name, "'; choose auto or one of: ", joined(names));
+  const bool compiled = std::find(names.begin(), names.end(), name) != names.end();
+  TORCH_CHECK(name == "auto" || compiled || !isInfiniType(name), "infini: backend '", name,
+              "' (an InfiniRT device type) is not compiled into this build; available: auto, ",
+              joined(names));
+  TORCH_CHECK(name == "auto" || compiled, "infini: unknown backend '", name,
+              "'; choose auto or one of: ", joined(names));
   s.requested = name;
 }
 

@@ -1,0 +1,47 @@
+# Finds InfiniOps (it installs no CMake package): headers (infini/ops.h and
+# the generated operator-call instantiations) and libinfiniops.
+#
+# Hints (CMake cache or environment): INFINI_OPS_PREFIX, INFINI_OPS_INCLUDE_DIRS,
+# INFINI_OPS_LIBRARY_DIRS, CMAKE_PREFIX_PATH.
+#
+# Result: target InfiniOps::infiniops (linking InfiniRT::infinirt),
+# InfiniOps_FOUND, InfiniOps_OPERATORS (operators the library instantiates).
+include(FindPackageHandleStandardArgs)
+
+foreach(_v INFINI_OPS_PREFIX INFINI_OPS_INCLUDE_DIRS INFINI_OPS_LIBRARY_DIRS)
+  if(NOT DEFINED ${_v} AND DEFINED ENV{${_v}})
+    set(${_v} "$ENV{${_v}}")
+  endif()
+endforeach()
+
+find_path(InfiniOps_INCLUDE_DIR infini/ops.h
+  HINTS ${INFINI_OPS_INCLUDE_DIRS} ${INFINI_OPS_PREFIX}
+  PATH_SUFFIXES include)
+find_library(InfiniOps_LIBRARY infiniops
+  HINTS ${INFINI_OPS_LIBRARY_DIRS} ${INFINI_OPS_PREFIX}
+  PATH_SUFFIXES lib lib64)
+
+# Which operators the installed library was built with (its allowlist).
+set(InfiniOps_OPERATORS "")
+set(_ti_inst "${InfiniOps_INCLUDE_DIR}/infini/operator_call_instantiations.h")
+if(InfiniOps_INCLUDE_DIR AND EXISTS "${_ti_inst}")
+  file(STRINGS "${_ti_inst}" _ti_lines REGEX "Operator<::infini::ops::[A-Za-z]+>::Call<")
+  foreach(_line IN LISTS _ti_lines)
+    string(REGEX MATCH "Operator<::infini::ops::([A-Za-z]+)>" _m "${_line}")
+    list(APPEND InfiniOps_OPERATORS "${CMAKE_MATCH_1}")
+  endforeach()
+  list(REMOVE_DUPLICATES InfiniOps_OPERATORS)
+endif()
+
+find_package_handle_standard_args(InfiniOps
+  REQUIRED_VARS InfiniOps_LIBRARY InfiniOps_INCLUDE_DIR)
+
+if(InfiniOps_FOUND AND NOT TARGET InfiniOps::infiniops)
+  add_library(InfiniOps::infiniops SHARED IMPORTED)
+  set_target_properties(InfiniOps::infiniops PROPERTIES
+    IMPORTED_LOCATION "${InfiniOps_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${InfiniOps_INCLUDE_DIR}")
+  if(TARGET InfiniRT::infinirt)
+    set_property(TARGET InfiniOps::infiniops APPEND PROPERTY INTERFACE_LINK_LIBRARIES InfiniRT::infinirt)
+  endif()
+endif()

@@ -1,0 +1,55 @@
+# Finds InfiniRT. Prefers InfiniRT's own CMake package (InfiniRTConfig.cmake);
+# falls back to searching headers and the library for installs without one.
+#
+# Hints (CMake cache or environment): INFINI_RT_PREFIX, INFINI_RT_INCLUDE_DIRS,
+# INFINI_RT_LIBRARY_DIRS, CUDA_INCLUDE_DIRS (for InfiniRT builds whose public
+# headers include CUDA headers), CMAKE_PREFIX_PATH.
+#
+# Result: target InfiniRT::infinirt, InfiniRT_FOUND, InfiniRT_LIBRARY,
+# InfiniRT_INCLUDE_DIR.
+include(FindPackageHandleStandardArgs)
+
+macro(_ti_hint var)
+  if(NOT DEFINED ${var} AND DEFINED ENV{${var}})
+    set(${var} "$ENV{${var}}")
+  endif()
+endmacro()
+foreach(_v INFINI_RT_PREFIX INFINI_RT_INCLUDE_DIRS INFINI_RT_LIBRARY_DIRS CUDA_INCLUDE_DIRS)
+  _ti_hint(${_v})
+endforeach()
+
+if(NOT INFINI_RT_INCLUDE_DIRS AND NOT INFINI_RT_LIBRARY_DIRS)
+  find_package(InfiniRT CONFIG QUIET HINTS ${INFINI_RT_PREFIX})
+endif()
+
+if(TARGET InfiniRT::infinirt)
+  get_target_property(InfiniRT_INCLUDE_DIR InfiniRT::infinirt INTERFACE_INCLUDE_DIRECTORIES)
+  get_target_property(_ti_cfg InfiniRT::infinirt IMPORTED_CONFIGURATIONS)
+  if(_ti_cfg)
+    list(GET _ti_cfg 0 _ti_cfg)
+    get_target_property(InfiniRT_LIBRARY InfiniRT::infinirt IMPORTED_LOCATION_${_ti_cfg})
+  else()
+    get_target_property(InfiniRT_LIBRARY InfiniRT::infinirt IMPORTED_LOCATION)
+  endif()
+else()
+  find_path(InfiniRT_INCLUDE_DIR infini/rt.h
+    HINTS ${INFINI_RT_INCLUDE_DIRS} ${INFINI_RT_PREFIX}
+    PATH_SUFFIXES include)
+  find_library(InfiniRT_LIBRARY infinirt
+    HINTS ${INFINI_RT_LIBRARY_DIRS} ${INFINI_RT_PREFIX}
+    PATH_SUFFIXES lib lib64)
+endif()
+
+find_package_handle_standard_args(InfiniRT
+  REQUIRED_VARS InfiniRT_LIBRARY InfiniRT_INCLUDE_DIR)
+
+if(InfiniRT_FOUND AND NOT TARGET InfiniRT::infinirt)
+  add_library(InfiniRT::infinirt SHARED IMPORTED)
+  set_target_properties(InfiniRT::infinirt PROPERTIES
+    IMPORTED_LOCATION "${InfiniRT_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${InfiniRT_INCLUDE_DIR}")
+endif()
+if(InfiniRT_FOUND AND CUDA_INCLUDE_DIRS)
+  set_property(TARGET InfiniRT::infinirt APPEND PROPERTY
+    INTERFACE_INCLUDE_DIRECTORIES "${CUDA_INCLUDE_DIRS}")
+endif()

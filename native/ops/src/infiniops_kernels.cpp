@@ -1,0 +1,267 @@
+// Kernel seam provider over InfiniOps.
+//
+// Each seam operator calls the matching InfiniOps operator with a handle
+// bound to the given stream and implementation index 0. InfiniOps validates
+// with asserts only (compiled out in release builds) and aborts on an
+// unsupported dtype, so everything is checked here first: supports() is the
+// single source of truth, and the bridge consults it before calling.
+#include "infiniops_kernels.h"
+
+#include <c10/util/Exception.h>
+#include <infini/ops.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_infini::ops {
+namespace {
+
+using infini::rt::DataType;
+using InfiniDevice = infini::rt::Device;
+using DeviceType = InfiniDevice::Type;
+
+std::optional<DataType> toInfini(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Char:
+      return DataType::kInt8;
+    case c10::ScalarType::Short:
+      return DataType::kInt16;
+    case c10::ScalarType::Int:
+      return DataType::kInt32;
+    case c10::ScalarType::Long:
+      return DataType::kInt64;
+    case c10::ScalarType::Byte:
+      return DataType::kUInt8;
+    case c10::ScalarType::UInt16:
+      return DataType::kUInt16;
+    case c10::ScalarType::UInt32:
+      return DataType::kUInt32;
+    case c10::ScalarType::UInt64:
+      return DataType::kUInt64;
+    case c10::ScalarType::Half:
+      return DataType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DataType::kBFloat16;
+    case c10::ScalarType::Float:
+      return DataType::kFloat32;
+    case c10::ScalarType::Double:
+      return DataType::kFloat64;
+    default:
+      return std::nullopt;  // bool, complex, ...: no InfiniOps dtype
+  }
+}
+
+bool isFloating(c10::ScalarType t) {
+  return t == c10::ScalarType::Float || t == c10::ScalarType::Half ||
+         t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Double;
+}
+
+bool isSignedOrByte(c10::ScalarType t) {
+  return t == c10::ScalarType::Char || t == c10::ScalarType::Short || t == c10::ScalarType::Int ||
+         t == c10::ScalarType::Long || t == c10::ScalarType::Byte;
+}
+
+// Native implementations (index 0) per device type at the pinned InfiniOps
+// commit: ReLU and SiLU are missing on Cambricon and Ascend, RmsNorm on
+// Ascend, Add/Mul on Cambricon, and Hygon has none.
+bool implemented(Op op, DeviceType type) {
+  switch (op) {
+    case Op::Add:
+    case Op::Mul:
+      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
+             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
+             type == DeviceType::kMoore || type == DeviceType::kAscend;
+    case Op::Relu:
+    case Op::Silu:
+      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
+             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
+             type == DeviceType::kMoore;
+    case Op::RmsNorm:
+      return type != DeviceType::kAscend && type != DeviceType::kHygon;
+    case Op::Gemm:
+      return type != DeviceType::kHygon;
+    case Op::Copy:
+    case Op::Cast:
+      return type == DeviceType::kCpu || type == DeviceType::kAscend;
+    case Op::Fill:  // only on some GPU types, and not built into our operator set
+    case Op::kCount:
+      break;
+  }
+  return false;
+}
+
+// Operators present in the installed libinfiniops (its allowlist).
+bool linked(Op op) {
+  switch (op) {
+    case Op::Add:
+      return TORCH_INFINI_OPS_HAS_ADD;
+    case Op::Mul:
+      return TORCH_INFINI_OPS_HAS_MUL;
+    case Op::Gemm:
+      return TORCH_INFINI_OPS_HAS_GEMM;
+    case Op::Relu:
+      return TORCH_INFINI_OPS_HAS_RELU;
+    case Op::Silu:
+      return TORCH_INFINI_OPS_HAS_SILU;
+    case Op::RmsNorm:
+      return TORCH_INFINI_OPS_HAS_RMS_NORM;
+    case Op::Copy:
+    case Op::Cast:
+      return TORCH_INFINI_OPS_HAS_CAST;
+    case Op::Fill:
+    case Op::kCount:
+      break;
+  }
+  return false;
+}
+
+class InfiniOpsKernels final : public KernelProvider {
+ public:
+  explicit InfiniOpsKernels(runtime::InfiniRtRuntime& runtime)
+      : runtime_(runtime), type_(runtime.deviceType()) {
+    config_.set_implementation_index(0);
+  }
+
+  const std::string& name() const override { return name_; }
+
+  bool supports(Op op, c10::ScalarType dtype) const override {
+    if (!linked(op) || !implemented(op, type_) || !toInfini(dtype).has_value()) return false;
+    switch (op) {
+      case Op::Copy:
+      case Op::Cast:
+      case Op::Add:
+      case Op::Mul:
+        return true;  // every InfiniOps dtype
+      case Op::Relu:
+        return isFloating(dtype) || isSignedOrByte(dtype);
+      case Op::Silu:
+        return isFloating(dtype);
+      case Op::Gemm:
+      case Op::RmsNorm:
+        return dtype == c10::ScalarType::Float;
+      case Op::Fill:
+      case Op::kCount:
+        break;
+    }
+    return false;
+  }
+
+  bool supportsPeer() const override { return false; }
+
+  void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_CAST
+    infini::ops::Cast::Call(handle(dst, stream), config_, view(src), view(dst));
+#else
+    unavailable("cast");
+#endif
+  }
+
+  void fill(const TensorRef&, const c10::Scalar&, runtime::StreamHandle) override {
+    unavailable("fill");
+  }
+
+  void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
+           runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_ADD
+    infini::ops::Add::Call(handle(out, stream), config_, view(a), view(b), alpha, view(out));
+#else
+    unavailable("add");
+#endif
+  }
+
+  void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
+           runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_MUL
+    // InfiniOps Mul indexes each input with its own shape: inputs arrive
+    // already expanded to the output's shape, which it handles.
+    infini::ops::Mul::Call(handle(out, stream), config_, view(a), view(b), view(out));
+#else
+    unavailable("mul");
+#endif
+  }
+
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
+            runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_GEMM
+    const std::optional<infini::ops::Tensor> no_c;
+    const std::optional<float> alpha_opt{alpha};
+    const std::optional<float> no_beta;
+    const std::optional<int> no_trans{0};
+    infini::ops::Gemm::Call(handle(out, stream), config_, view(a), view(b), no_c, alpha_opt,
+                            no_beta, no_trans, no_trans, view(out));
+#else
+    unavailable("gemm");
+#endif
+  }
+
+  void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_RELU
+    infini::ops::Relu::Call(handle(out, stream), config_, view(x), view(out));
+#else
+    unavailable("relu");
+#endif
+  }
+
+  void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_SILU
+    infini::ops::Silu::Call(handle(out, stream), config_, view(x), view(out));
+#else
+    unavailable("silu");
+#endif
+  }
+
+  void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
+               runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_RMS_NORM
+    infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps,
+                               view(out));
+#else
+    unavailable("rms_norm");
+#endif
+  }
+
+ private:
+  // Binds the runtime to the output's device and wraps the stream.
+  infini::ops::Handle handle(const TensorRef& out, runtime::StreamHandle stream) {
+    runtime_.bind(out.device);
+    infini::ops::Handle h;
+    h.set_stream(stream);
+    return h;
+  }
+
+  infini::ops::Tensor view(const TensorRef& ref) const {
+    std::vector<std::size_t> shape(ref.sizes.begin(), ref.sizes.end());
+    std::vector<std::ptrdiff_t> strides(ref.strides.begin(), ref.strides.end());
+    // A size-1 dimension's stride never matters to PyTorch but InfiniOps'
+    // contiguity test reads it: normalize so dense views take the fast path.
+    std::ptrdiff_t expected = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] == 1) strides[d] = expected;
+      expected *= static_cast<std::ptrdiff_t>(shape[d] == 0 ? 1 : shape[d]);
+    }
+    auto dtype = toInfini(ref.dtype);
+    TORCH_INTERNAL_ASSERT(dtype.has_value(), "infiniops: unsupported dtype reached a kernel");
+    return infini::ops::Tensor(ref.data, shape, *dtype, InfiniDevice(type_, ref.device < 0 ? 0 : ref.device),
+                               strides);
+  }
+
+  [[noreturn]] void unavailable(const char* op) const {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "infiniops: operator ", op,
+                                " is not available for InfiniRT device type '", runtime_.name(),
+                                "'");
+  }
+
+  const std::string name_ = "infiniops";
+  runtime::InfiniRtRuntime& runtime_;
+  const DeviceType type_;
+  infini::ops::Config config_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelProvider> makeInfiniOpsKernels(runtime::InfiniRtRuntime& runtime) {
+  return std::make_unique<InfiniOpsKernels>(runtime);
+}
+
+}  // namespace torch_infini::ops

@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 
 import torch
-from torch import nn
-
 import torch_infini
+from torch import nn
 
 
 class GatedMLPBlock(nn.Module):

@@ -27,9 +27,9 @@ StreamTuple toTuple(const c10::Stream& s) {
 }
 
 c10::Stream fromIds(int64_t stream_id, int device) {
-  return c10::Stream(c10::Stream::UNSAFE,
-                     c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
-                     stream_id);
+  return c10::Stream(
+      c10::Stream::UNSAFE,
+      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)), stream_id);
 }
 
 // c10 errors become the Python exception types PyTorch itself raises.
@@ -81,12 +81,10 @@ NB_MODULE(_C, m) {
   m.def("_current_device", &torch_infini::currentDevice);
   m.def("_set_device", &torch_infini::setCurrentDevice, nb::arg("device"));
   m.def("_synchronize", &torch_infini::synchronizeDevice, nb::arg("device") = -1);
-  m.def("_get_device_name", [](int device) {
-    return rt::get().deviceName(torch_infini::resolveDevice(device));
-  });
-  m.def("_mem_get_info", [](int device) {
-    return rt::get().memGetInfo(torch_infini::resolveDevice(device));
-  });
+  m.def("_get_device_name",
+        [](int device) { return rt::get().deviceName(torch_infini::resolveDevice(device)); });
+  m.def("_mem_get_info",
+        [](int device) { return rt::get().memGetInfo(torch_infini::resolveDevice(device)); });
 
   // torch.Event.elapsed_time only accepts exact torch.Event objects, so the
   // torch.infini.Event subclass measures through here (event ids are the

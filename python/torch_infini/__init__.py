@@ -23,7 +23,7 @@ _requested_backend = _backend.requested_from_environment()
 if torch._C._get_privateuse1_backend_name() != "infini":
     torch.utils.rename_privateuse1_backend("infini")
 
-from . import _C  # noqa: E402
+from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
 
 _backend.apply(_requested_backend)
 
@@ -34,6 +34,10 @@ torch._register_device_module("infini", _infini_module)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
+
+from . import _printing  # noqa: E402
+
+_printing.install()
 
 from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402
 from ._build_info import TORCH_VERSION as built_torch_version  # noqa: E402

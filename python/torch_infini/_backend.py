@@ -12,11 +12,22 @@ from __future__ import annotations
 import os
 
 ENV_VAR = "TORCH_INFINI_BACKEND"
+# Every name TORCH_INFINI_BACKEND may take in some build.
+INFINI_TYPES = ("cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon")
+KNOWN = ("auto", "host", *INFINI_TYPES)
 
 
 def requested_from_environment() -> str:
-    value = os.environ.get(ENV_VAR, "").strip()
-    return value or "auto"
+    """The requested backend; ImportError for a name no build knows.
+
+    Checked before anything is renamed or loaded.
+    """
+    value = os.environ.get(ENV_VAR, "").strip() or "auto"
+    if value not in KNOWN:
+        raise ImportError(
+            f"torch_infini: {ENV_VAR}={value!r} is not a backend; choose one of {', '.join(KNOWN)}"
+        )
+    return value
 
 
 def apply(name: str) -> None:
@@ -27,9 +38,12 @@ def apply(name: str) -> None:
     """
     from . import _C
 
-    _C._select_backend(name)
-    if name != "auto":
-        _C._init()
+    try:
+        _C._select_backend(name)
+        if name != "auto":
+            _C._init()
+    except RuntimeError as exc:
+        raise ImportError(f"torch_infini: {ENV_VAR}={name}: {exc}") from exc
 
 
 def backend() -> str:

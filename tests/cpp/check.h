@@ -8,12 +8,12 @@
 #include <exception>
 #include <functional>
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                            \
-    }                                                                          \
+      std::exit(1);                                                                 \
+    }                                                                               \
   } while (0)
 
 // Passes when fn throws an exception of type E.

@@ -10,7 +10,9 @@
 
 namespace torch_infini::ops {
 
-inline bool isInfini(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+inline bool isInfini(const at::Tensor& t) {
+  return t.device().type() == c10::DeviceType::PrivateUse1;
+}
 
 inline TensorRef toRef(const at::Tensor& t) {
   TensorRef ref;
@@ -52,8 +54,10 @@ inline void requireSameDtype(const char* aten_op, c10::ScalarType expected, c10:
                              const char* what) {
   TORCH_CHECK_NOT_IMPLEMENTED(expected == got, aten_op, ": ", what, " has dtype ",
                               c10::toString(got), " but the result dtype is ",
-                              c10::toString(expected), "; type promotion is not supported on infini "
-                              "(backend '", runtime::get().name(), "') yet");
+                              c10::toString(expected),
+                              "; type promotion is not supported on infini "
+                              "(backend '",
+                              runtime::get().name(), "') yet");
 }
 
 }  // namespace torch_infini::ops

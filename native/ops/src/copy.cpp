@@ -7,8 +7,8 @@
 // Synchronous copies wait for the stream; non_blocking ones return early only
 // with pinned host memory on a runtime that has async memcpy.
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -56,7 +56,8 @@ at::Tensor downloadSpan(const at::Tensor& src, at::Tensor* span_out) {
   at::Tensor span_cpu = at::empty({span.count}, src.options().device(at::kCPU));
   auto& rt = runtime::get();
   auto stream = streamOf(src);
-  const char* base = static_cast<const char*>(src.storage().data()) + span.first * src.element_size();
+  const char* base =
+      static_cast<const char*>(src.storage().data()) + span.first * src.element_size();
   rt.memcpyAsync(span_cpu.data_ptr(), base, span.count * src.element_size(),
                  MemcpyKind::DeviceToHost, stream);
   rt.synchronizeStream(stream);
@@ -96,7 +97,8 @@ void deviceToDevice(const at::Tensor& dst, const at::Tensor& src) {
     rt.streamWaitEvent(dst_stream, ready);
     rt.destroyEvent(ready);
   }
-  if (dst.scalar_type() == src.scalar_type() && isDense(dst) && isDense(src) && sameLayout(dst, src)) {
+  if (dst.scalar_type() == src.scalar_type() && isDense(dst) && isDense(src) &&
+      sameLayout(dst, src)) {
     rt.memcpyAsync(dst.data_ptr(), src.data_ptr(), nbytesOf(dst), MemcpyKind::DeviceToDevice,
                    dst_stream);
   } else if (kernelCopies(dst, src)) {
@@ -142,7 +144,8 @@ void hostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     staged.copy_(src);
   }
   auto stream = streamOf(dst);
-  rt.memcpyAsync(dst.data_ptr(), staged.data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice, stream);
+  rt.memcpyAsync(dst.data_ptr(), staged.data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice,
+                 stream);
   // A staged copy lives in pageable memory that dies here: never async.
   const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(staged.data_ptr());
   if (!async) rt.synchronizeStream(stream);
@@ -187,15 +190,29 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
               "infini: copy_ between ", src.device(), " and ", dst.device(), " is not supported");
   TORCH_CHECK(at::is_expandable_to(src.sizes(), dst.sizes()), "copy_: source of shape ",
               src.sizes(), " cannot be broadcast to destination of shape ", dst.sizes());
-  TORCH_CHECK_NOT_IMPLEMENTED(!(isInfini(src) && isInfini(dst) && (hasViewBits(src) || hasViewBits(dst))),
-                              "copy_: conjugate or negative views of infini tensors are not supported "
-                              "between infini tensors; call resolve_conj()/resolve_neg() on the CPU side");
   at::assert_no_internal_overlap(dst);
   if (dst.numel() == 0) return dst;
   if (dst.is_same(src)) return dst;
   at::Tensor expanded = src.expand(dst.sizes());
 
   if (isInfini(dst) && isInfini(src)) {
+    // Equal conj/neg bits cancel: the stored values copy as they are. Differing
+    // bits need a conjugate or negate kernel, which the seam does not have.
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        src.is_conj() == dst.is_conj() && src.is_neg() == dst.is_neg(),
+        "copy_: materializing a conjugate or negative view on infini (e.g. resolve_conj()) is "
+        "not supported (backend '",
+        runtime::get().name(),
+        "'); copy the view to the CPU and "
+        "resolve it there");
+    if (hasViewBits(dst)) {
+      at::Tensor plain_dst = dst.is_conj() ? at::_conj(dst) : dst;
+      plain_dst = plain_dst.is_neg() ? at::_neg_view(plain_dst) : plain_dst;
+      at::Tensor plain_src = src.is_conj() ? at::_conj(src) : src;
+      plain_src = plain_src.is_neg() ? at::_neg_view(plain_src) : plain_src;
+      copy_from(plain_src, plain_dst, non_blocking);
+      return dst;
+    }
     at::Tensor source = expanded;
     if (at::get_overlap_status(dst, expanded) != at::MemOverlapStatus::No) {
       if (at::get_overlap_status(dst, expanded) == at::MemOverlapStatus::Full &&
@@ -228,6 +245,22 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   deviceToHost(host, self.reshape({}), /*non_blocking=*/false);
   return at::_local_scalar_dense(host);
+}
+
+// Conjugate/negative views must reach _copy_from with their bits intact
+// (copy_from resolves them); the generic conj/neg fallback would materialize
+// them through clone -> copy_ -> _copy_from and recurse forever.
+// _to_copy (.cpu(), .to()) passes them through too: its copy_ resolves the
+// bits on the CPU side of a transfer.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  m.impl("_to_copy", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  m.impl("_to_copy", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -15,15 +15,18 @@
 namespace torch_infini::ops {
 namespace {
 
-// A 0-dim CPU tensor (e.g. the wrapped `0.5` in `x * 0.5`) becomes a
-// 0-dim device tensor filled by a stream-ordered kernel: no synchronization.
-at::Tensor deviceScalar(const at::Tensor& cpu_scalar, c10::ScalarType dtype, const at::Tensor& like) {
+// A 0-dim device tensor holding `value` converted to `dtype` the way PyTorch
+// converts a scalar operand (integers wrap), filled by a stream-ordered
+// kernel where the provider has one: no synchronization.
+at::Tensor deviceScalar(const at::Scalar& value, c10::ScalarType dtype, const at::Tensor& like) {
+  // Through a tensor conversion, which wraps integers like PyTorch's kernels
+  // do (int8 tensor * 300 multiplies by 44), unlike checked Scalar casts.
+  at::Scalar converted = at::scalar_tensor(value).to(dtype).item();
   at::Tensor t = at::empty({}, like.options().dtype(dtype));
-  at::Scalar value = cpu_scalar.item();
   if (kernels().supports(Op::Fill, dtype)) {
-    kernels().fill(toRef(t), value, streamOf(t));
+    kernels().fill(toRef(t), converted, streamOf(t));
   } else {
-    t.copy_(at::scalar_tensor(value, at::TensorOptions().dtype(dtype)));
+    t.copy_(at::scalar_tensor(converted, at::TensorOptions().dtype(dtype)));
   }
   return t;
 }
@@ -37,8 +40,8 @@ std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const 
   const c10::ScalarType dtype = at::result_type(self, other);
   at::Tensor a = self;
   at::Tensor b = other;
-  if (isInfini(a) && isCpuScalar(b)) b = deviceScalar(b, dtype, a);
-  if (isInfini(b) && isCpuScalar(a)) a = deviceScalar(a, dtype, b);
+  if (isInfini(a) && isCpuScalar(b)) b = deviceScalar(b.item(), dtype, a);
+  if (isInfini(b) && isCpuScalar(a)) a = deviceScalar(a.item(), dtype, b);
   TORCH_CHECK(isInfini(a) && isInfini(b),
               "Expected all tensors to be on the same device, but found at least two devices, ",
               a.device(), " and ", b.device(), "!");
@@ -63,9 +66,41 @@ void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtyp
 
 // ---------------------------------------------------------------- add, mul
 
+bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+// float16/bfloat16 multiplied by a CPU scalar: PyTorch computes in float
+// with the scalar unrounded (x * 1e5 with x = 1e-3 is 100, not inf), so the
+// scalar goes into Add's alpha, which the kernel applies in float:
+// x * s = 0 + s * x. (PyTorch's add rounds the scalar to the tensor's dtype
+// first, which the plain path below does too.)
+bool foldScalarIntoAlpha(Op op, const at::Tensor& self, const at::Tensor& other) {
+  if (op != Op::Mul) return false;
+  const bool scalar_other = isInfini(self) && isCpuScalar(other);
+  const bool scalar_self = isInfini(other) && isCpuScalar(self);
+  if (!(scalar_other || scalar_self)) return false;
+  const at::Tensor& tensor = scalar_other ? self : other;
+  return isReducedFloat(tensor.scalar_type()) &&
+         at::result_type(self, other) == tensor.scalar_type();
+}
+
+// (zero, tensor, scalar): the Add operands and alpha computing tensor * scalar.
+std::tuple<at::Tensor, at::Tensor, at::Scalar> foldedOperands(const char* name,
+                                                              const at::Tensor& self,
+                                                              const at::Tensor& other) {
+  const bool scalar_other = isCpuScalar(other);
+  const at::Tensor& tensor = scalar_other ? self : other;
+  const double s = (scalar_other ? other : self).item().toDouble();
+  requireKernel(name, Op::Add, tensor.scalar_type());
+  return {deviceScalar(0, tensor.scalar_type(), tensor), tensor, s};
+}
+
 // Computes into `out` (undefined: a new tensor) and returns the result.
 at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
                         const at::Tensor& other, const at::Scalar& alpha) {
+  if (foldScalarIntoAlpha(op, self, other)) {
+    auto [zero, tensor, scalar] = foldedOperands(name, self, other);
+    return binaryKernel(name, Op::Add, out, zero, tensor, scalar);
+  }
   auto [a, b] = binaryOperands(name, op, self, other);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
@@ -104,6 +139,13 @@ void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scala
               "Boolean alpha only supported for Boolean results.");
   TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || alpha.isIntegral(true),
               "For integral input tensors, argument alpha must not be a floating point number.");
+  // The kernel seam (like InfiniOps Add) carries alpha as a double.
+  TORCH_CHECK_NOT_IMPLEMENTED(!alpha.isIntegral(false) || static_cast<int64_t>(static_cast<double>(
+                                                              alpha.toLong())) == alpha.toLong(),
+                              "add: alpha=", alpha.toLong(),
+                              " is not exactly representable as a double, which the "
+                              "infini add kernel takes (backend '",
+                              runtime::get().name(), "')");
 }
 
 at::Tensor add_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
@@ -171,6 +213,9 @@ at::Tensor& relu_(at::Tensor& self) {
   return unaryInto("relu_", Op::Relu, &KernelProvider::relu, self, self);
 }
 at::Tensor& relu_out(const at::Tensor& self, at::Tensor& out) {
+  // PyTorch's relu.out resizes out contiguously (it is not a TensorIterator
+  // op on the CPU), so an empty out does not take the input's layout.
+  if (out.numel() == 0) at::native::resize_output(out, self.sizes());
   return unaryInto("relu.out", Op::Relu, &KernelProvider::relu, self, out);
 }
 at::Tensor silu(const at::Tensor& self) {
@@ -187,23 +232,38 @@ at::Tensor& silu_out(const at::Tensor& self, at::Tensor& out) {
 
 bool isDenseSpan(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
 
+// Stride-0 dimensions collapsed to size 1: the same memory, written once.
+at::Tensor withoutBroadcastDims(const at::Tensor& t) {
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0) sizes[d] = std::min<int64_t>(sizes[d], 1);
+  return t.as_strided(sizes, t.strides(), t.storage_offset());
+}
+
 at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
   checkInfiniTensor("fill_", "self", self);
-  at::assert_no_internal_overlap(self);
   if (self.numel() == 0) return self;
+  // Filling writes one value, so elements sharing memory are fine (as in
+  // PyTorch); broadcast dimensions are filled once.
+  at::Tensor target = withoutBroadcastDims(self);
   KernelProvider& k = kernels();
   if (k.supports(Op::Fill, self.scalar_type())) {
-    k.fill(toRef(self), value, streamOf(self));
+    k.fill(toRef(target), value, streamOf(target));
     return self;
   }
-  // No fill kernel: the pattern is uploaded once, in self's own layout when
-  // self is dense; copy_ scatters it into a strided view on the device.
-  at::Tensor pattern = isDenseSpan(self)
-                           ? at::empty_strided(self.sizes(), self.strides(),
-                                               self.options().device(at::kCPU))
-                           : at::empty(self.sizes(), self.options().device(at::kCPU));
+  TORCH_CHECK_NOT_IMPLEMENTED(at::has_internal_overlap(target) != at::MemOverlap::Yes,
+                              "fill_: a tensor whose elements "
+                              "overlap in memory (other than broadcast dimensions) needs a fill "
+                              "kernel, which the '",
+                              k.name(), "' kernel provider lacks");
+  // No fill kernel: the pattern is uploaded once, in the target's own layout
+  // when it is dense; copy_ scatters it into a strided view on the device.
+  at::Tensor pattern =
+      isDenseSpan(target)
+          ? at::empty_strided(target.sizes(), target.strides(), target.options().device(at::kCPU))
+          : at::empty(target.sizes(), target.options().device(at::kCPU));
   pattern.fill_(value);
-  self.copy_(pattern);
+  target.copy_(pattern);
   return self;
 }
 
@@ -220,7 +280,6 @@ at::Tensor& fill_Tensor(at::Tensor& self, const at::Tensor& value) {
 
 at::Tensor& zero_(at::Tensor& self) {
   checkInfiniTensor("zero_", "self", self);
-  at::assert_no_internal_overlap(self);
   if (self.numel() == 0) return self;
   if (isDenseSpan(self)) {
     // Zero bytes are zero in every dtype: the runtime's memset does it.

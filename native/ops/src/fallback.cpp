@@ -14,8 +14,8 @@ void notImplemented(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/)
   const auto& name = op.schema().operator_name();
   runtime::DeviceRuntime* rt = runtime::tryGet();
   TORCH_CHECK_NOT_IMPLEMENTED(
-      false, "The operator '", name.name, name.overload_name.empty() ? "" : ".",
-      name.overload_name, "' has no infini kernel (backend '",
+      false, "The operator '", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
+      "' has no infini kernel (backend '",
       rt != nullptr ? rt->name() : std::string("uninitialized"),
       "'). torch-infini does not fall back to the CPU silently; move the tensors to the CPU "
       "explicitly (tensor.cpu()) to run it there.");

@@ -27,8 +27,8 @@ class HostKernels final : public KernelProvider {
     const bool signed_or_byte = dtype == ScalarType::Char || dtype == ScalarType::Short ||
                                 dtype == ScalarType::Int || dtype == ScalarType::Long ||
                                 dtype == ScalarType::Byte;
-    const bool wide_unsigned = dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 ||
-                               dtype == ScalarType::UInt64;
+    const bool wide_unsigned =
+        dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 || dtype == ScalarType::UInt64;
     switch (op) {
       case Op::Copy:
       case Op::Cast:
@@ -65,6 +65,12 @@ class HostKernels final : public KernelProvider {
            runtime::StreamHandle stream) override {
     submit(stream, [out, a, b, alpha] {
       at::Tensor o = alias(out);
+      if (out.dtype == c10::ScalarType::Half || out.dtype == c10::ScalarType::BFloat16) {
+        // Like InfiniOps: reduced precision computes in float with alpha
+        // unrounded (alpha may exceed the dtype's range, e.g. x * 1e5).
+        o.copy_(alias(a).to(at::kFloat).add(alias(b).to(at::kFloat), alpha));
+        return;
+      }
       at::add_out(o, alias(a), alias(b), scalarFor(out.dtype, alpha));
     });
   }
@@ -129,8 +135,6 @@ class HostKernels final : public KernelProvider {
 
 }  // namespace
 
-std::unique_ptr<KernelProvider> makeHostKernels() {
-  return std::make_unique<HostKernels>();
-}
+std::unique_ptr<KernelProvider> makeHostKernels() { return std::make_unique<HostKernels>(); }
 
 }  // namespace torch_infini::ops

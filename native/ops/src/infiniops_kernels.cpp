@@ -214,8 +214,7 @@ class InfiniOpsKernels final : public KernelProvider {
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
 #if TORCH_INFINI_OPS_HAS_RMS_NORM
-    infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps,
-                               view(out));
+    infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps, view(out));
 #else
     unavailable("rms_norm");
 #endif
@@ -242,8 +241,8 @@ class InfiniOpsKernels final : public KernelProvider {
     }
     auto dtype = toInfini(ref.dtype);
     TORCH_INTERNAL_ASSERT(dtype.has_value(), "infiniops: unsupported dtype reached a kernel");
-    return infini::ops::Tensor(ref.data, shape, *dtype, InfiniDevice(type_, ref.device < 0 ? 0 : ref.device),
-                               strides);
+    return infini::ops::Tensor(ref.data, shape, *dtype,
+                               InfiniDevice(type_, ref.device < 0 ? 0 : ref.device), strides);
   }
 
   [[noreturn]] void unavailable(const char* op) const {

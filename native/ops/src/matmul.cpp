@@ -30,11 +30,14 @@ void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, i
               a.dim(), "-D");
   TORCH_CHECK(b.dim() == dim, name, ": expected a ", dim, "-D tensor for the second operand, got ",
               b.dim(), "-D");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
-              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(),
+              "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
+              " != ", b.scalar_type());
   if (dim == 3) {
-    TORCH_CHECK(a.size(0) == b.size(0), name, ": batch1 and batch2 must have the same number of "
-                "batches, got ", a.size(0), " and ", b.size(0));
+    TORCH_CHECK(a.size(0) == b.size(0), name,
+                ": batch1 and batch2 must have the same number of "
+                "batches, got ",
+                a.size(0), " and ", b.size(0));
   }
   TORCH_CHECK(a.size(-1) == b.size(-2), name, ": mat1 and mat2 shapes cannot be multiplied (",
               a.size(-2), "x", a.size(-1), " and ", b.size(-2), "x", b.size(-1), ")");

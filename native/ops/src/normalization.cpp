@@ -21,7 +21,8 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
   requireKernel(name, Op::RmsNorm, input.scalar_type());
   TORCH_CHECK_NOT_IMPLEMENTED(normalized_shape.size() == 1, name,
                               ": only one normalized dimension is supported on infini, got "
-                              "normalized_shape=", normalized_shape);
+                              "normalized_shape=",
+                              normalized_shape);
   TORCH_CHECK_NOT_IMPLEMENTED(input.dim() == 2 || input.dim() == 3, name,
                               ": only 2-D and 3-D inputs are supported on infini, got ",
                               input.dim(), "-D input of shape ", input.sizes());

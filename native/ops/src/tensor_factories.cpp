@@ -57,7 +57,9 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
-at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
   return at::native::_reshape_alias(self, size, stride);
@@ -74,21 +76,24 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   for (int64_t s : size)
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+  TORCH_CHECK(memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format",
+              c10::MemoryFormat::Preserve);
+  // Same shape and no layout request: the tensor stays exactly as it is.
+  if (self.sizes() == size && !memory_format.has_value()) return self;
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
-  const size_t needed = at::detail::computeStorageNbytesContiguous(
-      size, self.dtype().itemsize(), self.storage_offset());
+  const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
+                                                                   self.storage_offset());
   ensureStorageBytes(self, needed);
-  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
-    impl->empty_tensor_restride(*memory_format);
-  }
+  if (memory_format.has_value()) impl->empty_tensor_restride(*memory_format);
   return self;
 }
 
 at::Tensor& setStorage(at::Tensor& self, const c10::Storage& source, int64_t storage_offset,
                        c10::IntArrayRef size, c10::IntArrayRef stride) {
-  TORCH_CHECK(source.device() == self.device(), "Attempted to set the storage of a tensor on device \"",
-              self.device(), "\" to a storage on different device \"", source.device(), "\"");
+  TORCH_CHECK(source.device() == self.device(),
+              "Attempted to set the storage of a tensor on device \"", self.device(),
+              "\" to a storage on different device \"", source.device(), "\"");
   TORCH_CHECK(storage_offset >= 0, "Tensor: invalid storage offset ", storage_offset);
   TORCH_CHECK(stride.empty() || stride.size() == size.size(), "set_: got ", size.size(),
               " sizes but ", stride.size(), " strides");
@@ -130,7 +135,8 @@ at::Tensor& set_source_Tensor(at::Tensor& self, const at::Tensor& source) {
   TORCH_CHECK(self.dtype() == source.dtype(), "Could not set tensor of type ", source.dtype(),
               " as a tensor of type ", self.dtype());
   if (self.is_same(source)) return self;
-  return setStorage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+  return setStorage(self, source.storage(), source.storage_offset(), source.sizes(),
+                    source.strides());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -87,11 +87,10 @@ class InfiniDeviceAllocator final : public c10::DeviceAllocator {
         ++stats_[device].num_ooms;
       }
       TORCH_CHECK_WITH(OutOfMemoryError, false, "infini: out of memory on device ", device,
-                       " (backend '", rt.name(), "'). Tried to allocate ", formatBytes(bytes),
-                       "; ", formatBytes(snapshot.allocated_bytes[0].current),
-                       " allocated by PyTorch, ", formatBytes(snapshot.reserved_bytes[0].current),
-                       " reserved, ", formatBytes(free_bytes), " free of ", formatBytes(total),
-                       " total.");
+                       " (backend '", rt.name(), "'). Tried to allocate ", formatBytes(bytes), "; ",
+                       formatBytes(snapshot.allocated_bytes[0].current), " allocated by PyTorch, ",
+                       formatBytes(snapshot.reserved_bytes[0].current), " reserved, ",
+                       formatBytes(free_bytes), " free of ", formatBytes(total), " total.");
     }
     ranges_.insert(ptr, bytes, device);
     {
@@ -99,7 +98,8 @@ class InfiniDeviceAllocator final : public c10::DeviceAllocator {
       DeviceStats& s = statsFor(device);
       for (auto* stat : {&s.allocation, &s.segment, &s.active})
         (*stat)[static_cast<size_t>(StatType::AGGREGATE)].increase(1);
-      for (auto* stat : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes})
+      for (auto* stat :
+           {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.requested_bytes})
         (*stat)[static_cast<size_t>(StatType::AGGREGATE)].increase(bytes);
       ++s.num_device_alloc;
     }
@@ -133,9 +133,9 @@ class InfiniDeviceAllocator final : public c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = statsFor(device);
-    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes,
-                        &s.requested_bytes})
+    for (auto* array :
+         {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+          &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
       for (auto& stat : *array) stat.reset_accumulated();
     s.num_alloc_retries = s.num_ooms = s.num_device_alloc = s.num_device_free = 0;
   }
@@ -143,9 +143,9 @@ class InfiniDeviceAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     std::lock_guard<std::mutex> lock(mutex_);
     DeviceStats& s = statsFor(device);
-    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes,
-                        &s.requested_bytes})
+    for (auto* array :
+         {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+          &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
       for (auto& stat : *array) stat.reset_peak();
   }
 
@@ -194,8 +194,8 @@ class InfiniPinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t bytes) override {
     void* ptr = runtime::get().mallocHost(bytes);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr || bytes == 0,
-                     "infini: failed to allocate ", formatBytes(bytes), " of pinned host memory");
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr || bytes == 0, "infini: failed to allocate ",
+                     formatBytes(bytes), " of pinned host memory");
     ranges_.insert(ptr, bytes, 0);
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -57,8 +57,9 @@ std::unique_ptr<DeviceRuntime> create(const std::string& name) {
                 ": InfiniRT reports no device of this type");
     return p.make();
   }
-  TORCH_CHECK(false, "TORCH_INFINI_BACKEND=", name, " is not a backend of this build; choose auto or one of: ",
-              joined(compiledBackends()));
+  TORCH_CHECK(
+      false, "TORCH_INFINI_BACKEND=", name,
+      " is not a backend of this build; choose auto or one of: ", joined(compiledBackends()));
 }
 
 // Every InfiniRT device type, compiled in or not, for precise messages.
@@ -73,6 +74,13 @@ bool isInfiniType(const std::string& name) {
 }  // namespace
 
 void selectBackend(const std::string& name) {
+  auto names = compiledBackends();
+  const bool compiled = std::find(names.begin(), names.end(), name) != names.end();
+  TORCH_CHECK(name == "auto" || compiled || !isInfiniType(name), "infini: backend '", name,
+              "' (an InfiniRT device type) is not compiled into this build; available: auto, ",
+              joined(names));
+  TORCH_CHECK(name == "auto" || compiled, "infini: unknown backend '", name,
+              "'; choose auto or one of: ", joined(names));
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.runtime) {
@@ -81,13 +89,6 @@ void selectBackend(const std::string& name) {
                 "' and cannot change to '", name, "'");
     return;
   }
-  auto names = compiledBackends();
-  const bool compiled = std::find(names.begin(), names.end(), name) != names.end();
-  TORCH_CHECK(name == "auto" || compiled || !isInfiniType(name), "infini: backend '", name,
-              "' (an InfiniRT device type) is not compiled into this build; available: auto, ",
-              joined(names));
-  TORCH_CHECK(name == "auto" || compiled, "infini: unknown backend '", name,
-              "'; choose auto or one of: ", joined(names));
   s.requested = name;
 }
 

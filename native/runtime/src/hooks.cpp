@@ -21,7 +21,9 @@ struct InfiniHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex deviceCount() const override {
     return static_cast<c10::DeviceIndex>(torch_infini::deviceCount());
   }
-  void setCurrentDevice(c10::DeviceIndex device) const override { torch_infini::setCurrentDevice(device); }
+  void setCurrentDevice(c10::DeviceIndex device) const override {
+    torch_infini::setCurrentDevice(device);
+  }
   c10::DeviceIndex getCurrentDevice() const override {
     return static_cast<c10::DeviceIndex>(currentDevice());
   }
@@ -42,8 +44,10 @@ struct InfiniHooks final : public at::PrivateUse1HooksInterface {
     return {c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)};
   }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "infini: random number generation is not supported yet "
-                                       "(no generator for device ", static_cast<int>(device_index), ")");
+    TORCH_CHECK_NOT_IMPLEMENTED(false,
+                                "infini: random number generation is not supported yet "
+                                "(no generator for device ",
+                                static_cast<int>(device_index), ")");
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resizeStorageBytes(storage, newsize);

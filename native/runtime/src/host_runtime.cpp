@@ -56,13 +56,22 @@ HostStream::~HostStream() {
   worker_.join();
 }
 
-void HostStream::enqueue(std::function<void()> work) {
+void HostStream::enqueue(Item item) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(work));
+    queue_.push_back(std::move(item));
     ++submitted_;
   }
   work_ready_.notify_one();
+}
+
+void HostStream::submitRecord(HostEvent* event, uint64_t version) {
+  if (!async_) {
+    event->complete(version);
+    return;
+  }
+  event->retain();
+  enqueue({nullptr, event, version});
 }
 
 void HostStream::run() {
@@ -70,20 +79,30 @@ void HostStream::run() {
   for (;;) {
     work_ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping with nothing left to do
-    std::function<void()> work = std::move(queue_.front());
+    Item item = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     std::exception_ptr failure;
-    try {
-      work();
-    } catch (...) {
-      failure = std::current_exception();
+    if (item.work) {
+      try {
+        item.work();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      item.work = nullptr;  // release captures outside the lock
     }
-    work = nullptr;  // release captures outside the lock
     lock.lock();
     if (failure && !error_) error_ = failure;
+    // Event completion and the stream's count move together under the
+    // stream's lock (lock order: stream, then event).
+    if (item.event) item.event->complete(item.version);
     ++completed_;
     work_done_.notify_all();
+    if (item.event) {
+      lock.unlock();
+      item.event->release();
+      lock.lock();
+    }
   }
 }
 
@@ -316,12 +335,7 @@ void HostRuntime::recordEvent(EventHandle e, StreamHandle s) {
   HostEvent* ev = &event(e);
   TORCH_CHECK(ev->device() == stream(s).device(), "infini: event of device ", ev->device(),
               " cannot be recorded on a stream of device ", stream(s).device());
-  uint64_t version = ev->beginRecord();
-  ev->retain();
-  stream(s).submit([ev, version] {
-    ev->complete(version);
-    ev->release();
-  });
+  stream(s).submitRecord(ev, ev->beginRecord());
 }
 
 bool HostRuntime::queryEvent(EventHandle e) { return event(e).query(); }

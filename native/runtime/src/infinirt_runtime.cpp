@@ -10,7 +10,9 @@
 #include <array>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -24,11 +26,11 @@ const char* infiniTypeName(InfiniDeviceType type) { return policyFor(type).name;
 
 namespace {
 
-#define TI_INFINIRT_CHECK(call)                                                              \
-  do {                                                                                       \
-    const auto ti_status = (call);                                                           \
-    TORCH_CHECK(ti_status == rt::kSuccess, "InfiniRT (", name_, "): ", #call, " failed with status ", \
-                static_cast<long>(ti_status));                                               \
+#define TI_INFINIRT_CHECK(call)                                               \
+  do {                                                                        \
+    const auto ti_status = (call);                                            \
+    TORCH_CHECK(ti_status == rt::kSuccess, "InfiniRT (", name_, "): ", #call, \
+                " failed with status ", static_cast<long>(ti_status));        \
   } while (0)
 
 constexpr int kNoDevice = -1;
@@ -204,10 +206,19 @@ class InfiniRtProvider final : public InfiniRtRuntime {
     rt::Event event{};
     unsigned int flags = enable_timing ? 0 : policyFor(Type).disable_timing_flag;
     TI_INFINIRT_CHECK(rt::EventCreateWithFlags(&event, flags));
+    if (!enable_timing) {
+      // Some types (CPU) time every event; timing stays opt-in as in PyTorch.
+      std::lock_guard<std::mutex> lock(untimed_mutex_);
+      untimed_.insert(event);
+    }
     return event;
   }
 
   void destroyEvent(EventHandle event) override {
+    {
+      std::lock_guard<std::mutex> lock(untimed_mutex_);
+      untimed_.erase(event);
+    }
     bindType();
     TI_INFINIRT_CHECK(rt::EventDestroy(event));
   }
@@ -232,6 +243,11 @@ class InfiniRtProvider final : public InfiniRtRuntime {
   float elapsedTime(EventHandle start, EventHandle end) override {
     TORCH_CHECK_NOT_IMPLEMENTED(policyFor(Type).caps.event_timing, "InfiniRT (", name_,
                                 "): events cannot measure time on this device type");
+    {
+      std::lock_guard<std::mutex> lock(untimed_mutex_);
+      TORCH_CHECK(!untimed_.count(start) && !untimed_.count(end),
+                  "Both events must be created with argument 'enable_timing=True'.");
+    }
     bindType();
     float ms = 0.0f;
     TI_INFINIRT_CHECK(rt::EventElapsedTime(&ms, start, end));
@@ -256,7 +272,9 @@ class InfiniRtProvider final : public InfiniRtRuntime {
   }
 
   static rt::Stream toStream(StreamHandle handle) { return reinterpret_cast<rt::Stream>(handle); }
-  static StreamHandle fromStream(rt::Stream stream) { return reinterpret_cast<StreamHandle>(stream); }
+  static StreamHandle fromStream(rt::Stream stream) {
+    return reinterpret_cast<StreamHandle>(stream);
+  }
 
   void checkDevice(int device) const {
     TORCH_CHECK_INDEX(device >= 0 && device < count_, "infini: invalid device index ", device,
@@ -270,12 +288,15 @@ class InfiniRtProvider final : public InfiniRtRuntime {
 
   const std::string name_;
   int count_ = 0;
+  std::mutex untimed_mutex_;
+  std::unordered_set<EventHandle> untimed_;
 };
 
 template <InfiniDeviceType Type>
 void addIfCompiled(std::vector<ProviderEntry>& out) {
   if constexpr (infini::rt::DeviceEnabled<Type>::value) {
-    out.push_back({policyFor(Type).name, policyFor(Type).accelerator, &InfiniRtProvider<Type>::probe,
+    out.push_back({policyFor(Type).name, policyFor(Type).accelerator,
+                   &InfiniRtProvider<Type>::probe,
                    [] { return std::unique_ptr<DeviceRuntime>(new InfiniRtProvider<Type>()); }});
   }
 }

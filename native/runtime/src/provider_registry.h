@@ -12,9 +12,9 @@
 namespace torch_infini::runtime {
 
 struct ProviderEntry {
-  std::string name;                                // as in TORCH_INFINI_BACKEND
-  bool accelerator;                                // false for a CPU backend
-  std::function<int()> probe;                      // device count, 0 on error
+  std::string name;            // as in TORCH_INFINI_BACKEND
+  bool accelerator;            // false for a CPU backend
+  std::function<int()> probe;  // device count, 0 on error
   std::function<std::unique_ptr<DeviceRuntime>()> make;
 };
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from .. import _C
 
-DeviceLike = Union[torch.device, str, int, None]
+DeviceLike = torch.device | str | int | None
 
 
 def _get_device_index(device: DeviceLike, optional: bool = True) -> int:

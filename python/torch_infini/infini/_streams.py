@@ -6,7 +6,7 @@ backend through its DeviceGuard implementation.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -14,10 +14,10 @@ from .. import _C
 from ._device import DeviceLike, _get_device_index
 from ._device import device as _device_ctx
 
-_INFINI_TYPE: Optional[int] = None
+_INFINI_TYPE: int | None = None
 
 
-def _wrap(triple: tuple[int, int, int]) -> "Stream":
+def _wrap(triple: tuple[int, int, int]) -> Stream:
     stream_id, device_index, device_type = triple
     return Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
 
@@ -25,7 +25,7 @@ def _wrap(triple: tuple[int, int, int]) -> "Stream":
 class Stream(torch.Stream):
     """An in-order queue of work on one infini device (torch.cuda.Stream)."""
 
-    def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> "Stream":
+    def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> Stream:
         if {"stream_id", "device_index", "device_type"} <= kwargs.keys():
             return super().__new__(
                 cls,
@@ -39,15 +39,15 @@ class Stream(torch.Stream):
         with _device_ctx(index):
             return super().__new__(cls, device=torch.device("infini", index), priority=priority)
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         """Makes future work on this stream wait for ``event``."""
         event.wait(self)
 
-    def wait_stream(self, stream: "Stream") -> None:
+    def wait_stream(self, stream: Stream) -> None:
         """Makes future work on this stream wait for work queued on ``stream``."""
         self.wait_event(stream.record_event())
 
-    def record_event(self, event: Optional["Event"] = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         """Records ``event`` (a new one if None) on this stream and returns it."""
         if event is None:
             event = Event()
@@ -72,7 +72,7 @@ class Event(torch.Event):
 
     def __new__(
         cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
-    ) -> "Event":
+    ) -> Event:
         if blocking:
             raise NotImplementedError(
                 "torch.infini.Event(blocking=True) is not supported by the infini backend"
@@ -83,15 +83,15 @@ class Event(torch.Event):
             )
         return super().__new__(cls, device=torch.device("infini"), enable_timing=enable_timing)
 
-    def record(self, stream: Optional[Stream] = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         """Records the event on ``stream`` (the current stream if None)."""
         super().record(current_stream() if stream is None else stream)
 
-    def wait(self, stream: Optional[Stream] = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         """Makes ``stream`` (the current stream if None) wait for this event."""
         super().wait(current_stream() if stream is None else stream)
 
-    def elapsed_time(self, end_event: "Event") -> float:
+    def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds between this event and ``end_event`` (both completed)."""
         if not isinstance(end_event, Event):
             raise TypeError(
@@ -121,7 +121,7 @@ def default_stream(device: DeviceLike = None) -> Stream:
     return _wrap(_C._default_stream(_get_device_index(device)))
 
 
-def set_stream(stream: Optional[Stream]) -> None:
+def set_stream(stream: Stream | None) -> None:
     """Makes ``stream`` current for its device; None is ignored."""
     if stream is None:
         return
@@ -137,11 +137,11 @@ def _check_infini_stream(stream: torch.Stream) -> None:
 class StreamContext:
     """Context manager that selects a stream (and its device), then restores."""
 
-    def __init__(self, stream: Optional[Stream]) -> None:
+    def __init__(self, stream: Stream | None) -> None:
         self.stream = stream
-        self.src_prev_stream: Optional[Stream] = None
-        self.dst_prev_stream: Optional[Stream] = None
-        self.device_ctx: Optional[_device_ctx] = None
+        self.src_prev_stream: Stream | None = None
+        self.dst_prev_stream: Stream | None = None
+        self.device_ctx: _device_ctx | None = None
 
     def __enter__(self) -> None:
         if self.stream is None:
@@ -167,6 +167,6 @@ class StreamContext:
         return False
 
 
-def stream(stream: Optional[Stream]) -> StreamContext:
+def stream(stream: Stream | None) -> StreamContext:
     """``with torch.infini.stream(s):`` runs the block with ``s`` current."""
     return StreamContext(stream)

@@ -65,7 +65,8 @@ class KernelProvider {
   // Every view below has the output's dtype and lives on one device. Inputs
   // of elementwise operators arrive broadcast to the output's shape (stride
   // 0 on broadcast dimensions); outputs never overlap themselves.
-  virtual void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) = 0;
+  virtual void fill(const TensorRef& dst, const c10::Scalar& value,
+                    runtime::StreamHandle stream) = 0;
   virtual void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
                    runtime::StreamHandle stream) = 0;
   virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
@@ -77,8 +78,8 @@ class KernelProvider {
   virtual void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
   virtual void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
   // Normalizes over the last dimension; x and out are 2-D or 3-D.
-  virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight,
-                       float eps, runtime::StreamHandle stream) = 0;
+  virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
+                       runtime::StreamHandle stream) = 0;
 };
 
 // The provider paired with the selected runtime (host runtime: host kernels;

@@ -20,11 +20,11 @@ enum class MemcpyKind { HostToHost, HostToDevice, DeviceToHost, DeviceToDevice }
 // What a provider can do. Callers consult it instead of guessing, e.g. a
 // non_blocking copy only returns early with async memcpy and pinned memory.
 struct Capabilities {
-  bool async_memcpy = false;   // memcpyAsync really overlaps the caller
-  bool events = false;         // stream-ordered events
-  bool event_timing = false;   // events can measure elapsed time
-  bool pinned_host = false;    // page-locked host allocation
-  bool async_malloc = false;   // stream-ordered malloc/free
+  bool async_memcpy = false;  // memcpyAsync really overlaps the caller
+  bool events = false;        // stream-ordered events
+  bool event_timing = false;  // events can measure elapsed time
+  bool pinned_host = false;   // page-locked host allocation
+  bool async_malloc = false;  // stream-ordered malloc/free
 };
 
 class DeviceRuntime {

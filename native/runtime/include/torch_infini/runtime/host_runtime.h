@@ -24,6 +24,8 @@
 
 namespace torch_infini::runtime {
 
+class HostEvent;
+
 class HostStream {
  public:
   HostStream(int device, bool async);
@@ -41,14 +43,24 @@ class HostStream {
       work();
       return;
     }
-    enqueue(std::function<void()>(std::forward<F>(work)));
+    enqueue({std::function<void()>(std::forward<F>(work)), nullptr, 0});
   }
+
+  // Marks `event` complete at `version` in stream order. The stream counts
+  // the record as done in the same step, so a stream query right after the
+  // event completes agrees with it.
+  void submitRecord(HostEvent* event, uint64_t version);
 
   void synchronize();  // rethrows the first error raised by queued work
   bool query();
 
  private:
-  void enqueue(std::function<void()> work);
+  struct Item {
+    std::function<void()> work;
+    HostEvent* event;  // non-null: an event record (the stream holds a reference)
+    uint64_t version;
+  };
+  void enqueue(Item item);
   void run();
   void rethrowPending();
 
@@ -57,7 +69,7 @@ class HostStream {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<Item> queue_;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
   bool stopping_ = false;
@@ -152,8 +164,8 @@ class HostRuntime final : public DeviceRuntime {
   std::mutex mutex_;
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::mutex memory_mutex_;
-  std::vector<size_t> used_;                    // bytes in use per device
-  std::unordered_map<void*, size_t> sizes_;     // live device allocations
+  std::vector<size_t> used_;                 // bytes in use per device
+  std::unordered_map<void*, size_t> sizes_;  // live device allocations
 };
 
 }  // namespace torch_infini::runtime

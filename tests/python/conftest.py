@@ -1,0 +1,72 @@
+"""pytest configuration of the torch_infini Python suite.
+
+The same suite runs against every configuration of the backend:
+
+* the default host device (1 device, inline streams),
+* ``TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2`` (2 devices whose
+  streams run work on worker threads, so ordering bugs show up),
+* a real InfiniRT backend (possibly 1 device, possibly without async streams).
+
+Tests that need more than one device or truly asynchronous streams carry the
+``requires_two_devices`` / ``requires_async_host`` markers (see
+infini_testing.py) and are skipped with a reason elsewhere; nothing else is
+skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch_infini  # noqa: F401  (registers the infini device)
+from hypothesis import HealthCheck, settings
+from infini_testing import (
+    ASYNC_HOST_REASON,
+    TWO_DEVICES_REASON,
+    has_async_host,
+    has_two_devices,
+)
+
+# Fixed, bounded property tests: the same examples on every run, no example
+# database written into the checkout, no deadline (copies may be slow on CI).
+settings.register_profile(
+    "torch_infini",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("torch_infini")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"requires_two_devices: {TWO_DEVICES_REASON}")
+    config.addinivalue_line("markers", f"requires_async_host: {ASYNC_HOST_REASON}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("requires_two_devices") is not None and not has_two_devices():
+        pytest.skip(TWO_DEVICES_REASON)
+    if item.get_closest_marker("requires_async_host") is not None and not has_async_host():
+        pytest.skip(ASYNC_HOST_REASON)
+
+
+@pytest.fixture(autouse=True)
+def _restore_infini_state() -> Iterator[None]:
+    """Each test starts and ends on the same device with the same streams.
+
+    Also drains every device, so work a test left queued never leaks into
+    the next one.
+    """
+    count = torch.infini.device_count()
+    device = torch.infini.current_device()
+    streams = [torch.infini.current_stream(i) for i in range(count)]
+    yield
+    for stream in streams:
+        torch.infini.set_stream(stream)
+    torch.infini.set_device(device)
+    for index in range(count):
+        torch.infini.synchronize(index)

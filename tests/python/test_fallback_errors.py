@@ -1,0 +1,110 @@
+"""Operators without an infini kernel raise NotImplementedError; nothing runs on the CPU behind
+the user's back and nothing is written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch_infini
+from op_helpers import DEVICE, pair
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+# (operator, dtype) pairs with an infini kernel. No Python API reports them
+# yet; keep in sync with the kernel providers' supports(). Everything else
+# goes to the fallback tested here.
+KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "add": FLOAT_DTYPES + INT_DTYPES,
+    "mul": FLOAT_DTYPES + INT_DTYPES,
+    "relu": FLOAT_DTYPES + INT_DTYPES,
+    "silu": FLOAT_DTYPES,
+    "mm": (torch.float32,),
+    "bmm": (torch.float32,),
+    "addmm": (torch.float32,),
+    "rms_norm": (torch.float32,),
+}
+
+Call = Callable[[torch.Tensor], object]
+
+# call, and the ATen operator the message must name (without overload)
+UNSUPPORTED: dict[str, tuple[Call, str]] = {
+    "sum": (lambda x: x.sum(), "sum"),
+    "sum(dim)": (lambda x: torch.sum(x, dim=0), "sum"),
+    "exp": (torch.exp, "exp"),
+    "cat": (lambda x: torch.cat([x, x]), "cat"),
+    "softmax": (lambda x: torch.softmax(x, dim=-1), "_softmax"),
+    "sub": (lambda x: torch.sub(x, x), "sub"),
+    "x - 1": (lambda x: x - 1, "sub"),
+    "mean": (lambda x: x.mean(), "mean"),
+    "neg": (lambda x: -x, "neg"),
+    "div": (lambda x: x / 2, "div"),
+    "eq": (lambda x: x == x, "eq"),
+    "sigmoid": (torch.sigmoid, "sigmoid"),
+    "tanh": (torch.tanh, "tanh"),
+    "pow": (lambda x: x**2, "pow"),
+    "argmax": (lambda x: x.argmax(), "argmax"),
+    "dot": (lambda x: torch.dot(x[0], x[0]), "dot"),
+}
+
+
+def _check_message(message: str, operator: str) -> None:
+    assert "no infini kernel" in message, message
+    assert f"backend '{torch_infini.backend()}'" in message, message
+    assert f"'aten::{operator}" in message, message
+
+
+@pytest.mark.parametrize("case", list(UNSUPPORTED), ids=str)
+def test_unsupported_operator_raises(case: str) -> None:
+    call, operator = UNSUPPORTED[case]
+    assert operator not in KERNEL_DTYPES
+    x_cpu, x = pair((3, 4), torch.float32, seed=1)
+    call(x_cpu)  # the CPU runs it
+    with pytest.raises(NotImplementedError) as excinfo:
+        call(x)
+    _check_message(str(excinfo.value), operator)
+    torch.infini.synchronize()
+    assert torch.equal(x.cpu(), x_cpu)  # the input is untouched
+
+
+INPLACE_AND_OUT: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], str]] = {
+    "exp_": (lambda x, out: x.exp_(), "exp"),
+    "sub_": (lambda x, out: x.sub_(out), "sub"),
+    "exp(out=)": (lambda x, out: torch.exp(x, out=out), "exp"),
+    "sum(out=)": (lambda x, out: torch.sum(x, dim=0, out=out[0]), "sum"),
+    "cat(out=)": (lambda x, out: torch.cat([x[:1], x[1:]], out=out), "cat"),
+    "sub(out=)": (lambda x, out: torch.sub(x, x, out=out), "sub"),
+    "clamp_": (lambda x, out: x.clamp_(min=0.0), "clamp"),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE_AND_OUT), ids=str)
+def test_nothing_is_written(case: str) -> None:
+    call, operator = INPLACE_AND_OUT[case]
+    x_cpu, x = pair((3, 4), torch.float32, seed=2)
+    out_cpu, out = pair((3, 4), torch.float32, seed=3)
+    with pytest.raises(NotImplementedError) as excinfo:
+        call(x, out)
+    _check_message(str(excinfo.value), operator)
+    torch.infini.synchronize()
+    assert torch.equal(x.cpu(), x_cpu)
+    assert torch.equal(out.cpu(), out_cpu)
+    assert x.device.type == "infini" and out.device.type == "infini"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_unsupported_for_every_dtype(dtype: torch.dtype) -> None:
+    x = torch.ones(4, dtype=dtype, device=DEVICE)
+    for call, operator in (UNSUPPORTED["sum"], UNSUPPORTED["cat"], UNSUPPORTED["sub"]):
+        with pytest.raises(NotImplementedError) as excinfo:
+            call(x)
+        _check_message(str(excinfo.value), operator)
+
+
+def test_message_tells_how_to_run_it_on_the_cpu() -> None:
+    with pytest.raises(NotImplementedError) as excinfo:
+        torch.ones(2, device=DEVICE).sum()
+    assert ".cpu()" in str(excinfo.value)
+    assert "fall back" in str(excinfo.value)

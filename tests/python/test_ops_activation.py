@@ -1,0 +1,260 @@
+"""relu and silu on infini (out-of-place, in-place, out=) against the CPU oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from op_helpers import DEVICE, ViewFn, assert_matches, identity, pair, requires_two_devices
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+# (operator, dtype) pairs with an infini kernel. No Python API reports them
+# yet; keep in sync with the kernel providers' supports().
+KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "add": FLOAT_DTYPES + INT_DTYPES,
+    "mul": FLOAT_DTYPES + INT_DTYPES,
+    "relu": FLOAT_DTYPES + INT_DTYPES,
+    "silu": FLOAT_DTYPES,
+    "mm": (torch.float32,),
+    "bmm": (torch.float32,),
+    "addmm": (torch.float32,),
+    "rms_norm": (torch.float32,),
+}
+
+UnaryFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _out(op: str) -> UnaryFn:
+    overload = getattr(torch.ops.aten, op).out
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        r = overload(x, out=out)
+        assert r is out
+        return r
+
+    return run
+
+
+def _inplace(fn: Callable[[torch.Tensor], torch.Tensor]) -> UnaryFn:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        target = x.clone()
+        r = fn(target)
+        assert r is target
+        return target
+
+    return run
+
+
+VARIANTS: dict[str, dict[str, UnaryFn]] = {
+    "relu": {
+        "torch.relu": torch.relu,
+        "F.relu": F.relu,
+        "Tensor.relu": torch.Tensor.relu,
+        "nn.ReLU": torch.nn.ReLU(),
+        "relu_": _inplace(torch.relu_),
+        "F.relu(inplace)": _inplace(lambda t: F.relu(t, inplace=True)),
+        "relu.out": _out("relu"),
+    },
+    "silu": {
+        "F.silu": F.silu,
+        "nn.SiLU": torch.nn.SiLU(),
+        "F.silu(inplace)": _inplace(lambda t: F.silu(t, inplace=True)),
+        "silu_": _inplace(torch.ops.aten.silu_),
+        "silu.out": _out("silu"),
+    },
+}
+
+CASES = [
+    (op, variant, dtype)
+    for op, variants in VARIANTS.items()
+    for variant in variants
+    for dtype in KERNEL_DTYPES[op]
+]
+
+
+@pytest.mark.parametrize(("op", "variant", "dtype"), CASES, ids=str)
+def test_dtype_table_and_variants(op: str, variant: str, dtype: torch.dtype) -> None:
+    x_cpu, x = pair((5, 7), dtype, seed=1)
+    fn = VARIANTS[op][variant]
+    assert_matches(fn(x), fn(x_cpu), exact=op == "relu")
+    assert_matches(x, x_cpu, exact=True)  # input untouched (in-place ran on a clone)
+
+
+def _t(t: torch.Tensor) -> torch.Tensor:
+    return t.t()
+
+
+def _step(t: torch.Tensor) -> torch.Tensor:
+    return t[1:, ::3]
+
+
+def _nhwc(t: torch.Tensor) -> torch.Tensor:
+    return t.permute(0, 3, 1, 2)
+
+
+def _expand(t: torch.Tensor) -> torch.Tensor:
+    return t[:, :1].expand(t.shape[0], 6)
+
+
+LAYOUTS: dict[str, tuple[tuple[int, ...], ViewFn]] = {
+    "contiguous": ((4, 6), identity),
+    "transposed": ((6, 4), _t),
+    "strided slice": ((5, 12), _step),
+    "nhwc": ((2, 3, 4, 5), _nhwc),
+    "expanded": ((4, 6), _expand),
+    "0-dim": ((), identity),
+    "1 element": ((1, 1), identity),
+    "0-size": ((3, 0, 2), identity),
+}
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("layout", list(LAYOUTS), ids=str)
+def test_layouts(op: str, layout: str) -> None:
+    shape, view = LAYOUTS[layout]
+    x_cpu, x = pair(shape, torch.float32, seed=2, view=view)
+    fn = getattr(torch, op) if op == "relu" else F.silu
+    # output layout follows the input, as TensorIterator does on the CPU
+    assert_matches(fn(x), fn(x_cpu), exact=op == "relu", check_stride=True)
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_inplace_into_views(op: str) -> None:
+    base_cpu, base = pair((6, 8), torch.float32, seed=3)
+    inplace = torch.relu_ if op == "relu" else torch.ops.aten.silu_
+    for index in ((slice(1, 4), slice(2, 7)), (slice(None), slice(None, None, 2))):
+        assert inplace(base[index]).data_ptr() == base[index].data_ptr()
+        inplace(base_cpu[index])
+    inplace(base.t()[:3])
+    inplace(base_cpu.t()[:3])
+    assert_matches(base, base_cpu)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=str)
+def test_relu_integer_extremes(dtype: torch.dtype) -> None:
+    info = torch.iinfo(dtype)
+    values = torch.tensor([info.min, -1, 0, 1, info.max], dtype=dtype)
+    x = values.to(DEVICE)
+    assert_matches(torch.relu(x), torch.relu(values), exact=True)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_values(dtype: torch.dtype) -> None:
+    inf, nan = float("inf"), float("nan")
+    values = torch.tensor([-inf, -1e3, -1.5, -0.0, 0.0, 1.5, 1e3, inf, nan], dtype=dtype)
+    x = values.to(DEVICE)
+    assert_matches(torch.relu(x), torch.relu(values), exact=True)
+    assert_matches(F.silu(x), F.silu(values))
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_out_resized(op: str) -> None:
+    # torch.ops calls report the deprecation warning on stderr, not as a Python
+    # warning (the same on the CPU), so only the result is checked here.
+    x_cpu, x = pair((3, 4), torch.float32, seed=4)
+    overload = getattr(torch.ops.aten, op).out
+    out = torch.empty(7, device=DEVICE)
+    assert overload(x, out=out) is out
+    assert_matches(out, overload(x_cpu, out=torch.empty(7)), check_stride=True)
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_out_empty_takes_pytorch_layout(op: str) -> None:
+    # A zero-element out is resized to the layout PyTorch gives it on the CPU.
+    x_cpu, x = pair((3, 4), torch.float32, seed=4)
+    overload = getattr(torch.ops.aten, op).out
+    empty = torch.empty(0, device=DEVICE)
+    assert overload(x.t(), out=empty) is empty
+    assert_matches(empty, overload(x_cpu.t(), out=torch.empty(0)), check_stride=True)
+
+
+def test_silu_out_resize_warns() -> None:
+    x_cpu, x = pair((3, 4), torch.float32, seed=4)
+    out = torch.empty(7, device=DEVICE)
+    with pytest.warns(UserWarning, match="resized"):
+        torch._C._nn.silu(x, out=out)
+    assert_matches(out, F.silu(x_cpu))
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_out_non_contiguous(op: str) -> None:
+    x_cpu, x = pair((4, 5), torch.float32, seed=5)
+    overload = getattr(torch.ops.aten, op).out
+    base = torch.full((5, 9), 3.0, device=DEVICE)
+    base_cpu = torch.full((5, 9), 3.0)
+    out = base[:, 1::2].t()
+    out_cpu = base_cpu[:, 1::2].t()
+    assert overload(x, out=out) is out
+    overload(x_cpu, out=out_cpu)
+    assert_matches(base, base_cpu)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES + (torch.bool, torch.complex64), ids=str)
+def test_silu_refused(dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES["silu"]
+    _, x = pair((3,), dtype)
+    before = x.cpu()
+    for fn in (F.silu, torch.ops.aten.silu_, _out("silu")):
+        with pytest.raises(NotImplementedError, match="silu"):
+            fn(x)
+    assert torch.equal(x.cpu(), before)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64], ids=str)
+def test_relu_refused(dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES["relu"]
+    _, x = pair((3,), dtype)
+    for fn in (torch.relu, torch.relu_, _out("relu")):
+        with pytest.raises(NotImplementedError, match="relu"):
+            fn(x)
+    with pytest.raises(NotImplementedError, match="relu"):
+        torch.relu(torch.ones(3, dtype=dtype, device=DEVICE))
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_out_dtype_mismatch_refused(op: str) -> None:
+    x = torch.ones(3, device=DEVICE)
+    overload = getattr(torch.ops.aten, op).out
+    with pytest.raises(NotImplementedError):
+        overload(x, out=torch.empty(3, dtype=torch.float64, device=DEVICE))
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_overlap_rules_as_pytorch(op: str) -> None:
+    overload = getattr(torch.ops.aten, op).out
+    for dev in ("cpu", DEVICE):
+        v = torch.arange(-3, 3, dtype=torch.float32).to(dev)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            overload(v, out=v[:1].expand(6))
+        with pytest.raises(RuntimeError, match="single memory location"):
+            getattr(torch.ops.aten, op + "_")(v[:1].expand(6))
+    # partial overlap of input and out: PyTorch refuses it for silu (relu.out
+    # on the CPU goes through a temporary and accepts it)
+    for dev in ("cpu", DEVICE):
+        v = torch.arange(-3, 3, dtype=torch.float32).to(dev)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.ops.aten.silu.out(v[:-1], out=v[1:])
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_cpu_operands_refused(op: str) -> None:
+    overload = getattr(torch.ops.aten, op).out
+    with pytest.raises(RuntimeError):
+        overload(torch.ones(3, device=DEVICE), out=torch.empty(3))
+
+
+@requires_two_devices
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_second_device(op: str) -> None:
+    torch.infini.set_device(0)
+    x_cpu, x = pair((6, 4), torch.float32, seed=6, view=_t, device="infini:1")
+    fn = torch.relu if op == "relu" else F.silu
+    assert_matches(fn(x), fn(x_cpu), device="infini:1", check_stride=True)
+    overload = getattr(torch.ops.aten, op).out
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        overload(x, out=torch.empty(4, 6, device="infini:0"))

@@ -1,0 +1,212 @@
+"""rms_norm (F.rms_norm, nn.RMSNorm) on infini against the CPU oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from op_helpers import DEVICE, ViewFn, assert_matches, identity, pair, requires_two_devices
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+# (operator, dtype) pairs with an infini kernel. No Python API reports them
+# yet; keep in sync with the kernel providers' supports().
+KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "add": FLOAT_DTYPES + INT_DTYPES,
+    "mul": FLOAT_DTYPES + INT_DTYPES,
+    "relu": FLOAT_DTYPES + INT_DTYPES,
+    "silu": FLOAT_DTYPES,
+    "mm": (torch.float32,),
+    "bmm": (torch.float32,),
+    "addmm": (torch.float32,),
+    "rms_norm": (torch.float32,),
+}
+
+NORM_TOL = {"rtol": 1e-5, "atol": 1e-5}
+F32 = torch.float32
+EPS_VALUES = [None, 1e-6, 0.5]
+
+
+@pytest.mark.parametrize("eps", EPS_VALUES, ids=str)
+@pytest.mark.parametrize("with_weight", [True, False], ids=["weight", "no weight"])
+@pytest.mark.parametrize(
+    "shape", [(4, 16), (2, 3, 16), (1, 1), (5, 1), (2, 1, 7), (3, 257)], ids=str
+)
+def test_functional(shape: tuple[int, ...], with_weight: bool, eps: float | None) -> None:
+    x_cpu, x = pair(shape, F32, seed=1)
+    n = shape[-1]
+    w_cpu, w = pair((n,), F32, seed=2) if with_weight else (None, None)
+    expected = F.rms_norm(x_cpu, (n,), w_cpu, eps)
+    assert_matches(F.rms_norm(x, (n,), w, eps), expected, **NORM_TOL)
+    assert_matches(F.rms_norm(x, [n], weight=w, eps=eps), expected, **NORM_TOL)
+    assert_matches(x, x_cpu, exact=True)
+
+
+def test_small_values_where_eps_matters() -> None:
+    x_cpu = torch.tensor([[1e-4, -2e-4, 3e-4], [0.0, 0.0, 0.0]])
+    x = x_cpu.to(DEVICE)
+    for eps in (None, 1e-8, 1e-6):
+        assert_matches(F.rms_norm(x, (3,), eps=eps), F.rms_norm(x_cpu, (3,), eps=eps), **NORM_TOL)
+
+
+def test_scale_of_rows_does_not_matter() -> None:
+    x_cpu, x = pair((3, 8), F32, seed=3)
+    for scale in (1e-3, 1.0, 1e3):
+        got = F.rms_norm(x * scale, (8,), eps=0.0)
+        assert_matches(got, F.rms_norm(x_cpu * scale, (8,), eps=0.0), **NORM_TOL)
+
+
+def _t01(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(0, 1)
+
+
+def _t_last(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(-1, -2)
+
+
+def _rows_step(t: torch.Tensor) -> torch.Tensor:
+    return t[::2]
+
+
+def _cols_step(t: torch.Tensor) -> torch.Tensor:
+    return t[..., ::2]
+
+
+def _offset(t: torch.Tensor) -> torch.Tensor:
+    return t[1:, 2:-1]
+
+
+def _expand(t: torch.Tensor) -> torch.Tensor:
+    return t[:1].expand(4, t.shape[1])
+
+
+NON_CONTIGUOUS: dict[str, tuple[tuple[int, ...], ViewFn]] = {
+    "3-D batch/seq swapped": ((3, 2, 16), _t01),
+    "2-D transposed (normalized dim strided)": ((16, 4), _t_last),
+    "3-D last two transposed": ((2, 16, 5), _t_last),
+    "every 2nd row": ((8, 16), _rows_step),
+    "every 2nd column": ((4, 32), _cols_step),
+    "offset block": ((5, 19), _offset),
+    "expanded rows": ((4, 16), _expand),
+}
+
+
+@pytest.mark.parametrize("with_weight", [True, False], ids=["weight", "no weight"])
+@pytest.mark.parametrize("layout", list(NON_CONTIGUOUS), ids=str)
+def test_non_contiguous_input(layout: str, with_weight: bool) -> None:
+    shape, view = NON_CONTIGUOUS[layout]
+    x_cpu, x = pair(shape, F32, seed=4, view=view)
+    n = x.shape[-1]
+    w_cpu, w = pair((n,), F32, seed=5) if with_weight else (None, None)
+    assert_matches(F.rms_norm(x, (n,), w), F.rms_norm(x_cpu, (n,), w_cpu), **NORM_TOL)
+    assert_matches(x, x_cpu, exact=True)
+
+
+def test_non_contiguous_weight() -> None:
+    x_cpu, x = pair((3, 8), F32, seed=6)
+    w_cpu, w = pair((16,), F32, seed=7, view=lambda t: t[::2])
+    assert_matches(F.rms_norm(x, (8,), w), F.rms_norm(x_cpu, (8,), w_cpu), **NORM_TOL)
+
+
+def test_empty_input() -> None:
+    for shape in ((0, 8), (2, 0, 8)):
+        x_cpu, x = pair(shape, F32, seed=8)
+        assert_matches(F.rms_norm(x, (8,)), F.rms_norm(x_cpu, (8,)), **NORM_TOL)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-5], ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no affine"])
+@pytest.mark.parametrize("shape", [(6, 32), (2, 5, 32)], ids=str)
+def test_module(shape: tuple[int, ...], affine: bool, eps: float | None) -> None:
+    torch.manual_seed(0)
+    ref = torch.nn.RMSNorm(32, eps=eps, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ref.weight.copy_(torch.randn(32))
+    mod = torch.nn.RMSNorm(32, eps=eps, elementwise_affine=affine)
+    mod.load_state_dict(ref.state_dict())
+    mod = mod.to(DEVICE)
+    if affine:
+        assert mod.weight.device.type == "infini"
+    x_cpu, x = pair(shape, F32, seed=9)
+    with torch.no_grad():
+        assert_matches(mod(x), ref(x_cpu), **NORM_TOL)
+
+
+# ------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(
+    ("shape", "normalized"),
+    [((2, 3, 4, 8), (8,)), ((8,), (8,)), ((2, 3, 4, 8), (4, 8))],
+    ids=["4-D", "1-D", "4-D two dims"],
+)
+def test_rank_refused(shape: tuple[int, ...], normalized: tuple[int, ...]) -> None:
+    F.rms_norm(torch.ones(shape), normalized)  # fine on the CPU
+    x = torch.ones(shape, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        F.rms_norm(x, normalized)
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        torch.nn.RMSNorm(normalized).to(DEVICE)(x)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 8), (4, 8)], ids=str)
+def test_two_normalized_dims_refused(shape: tuple[int, ...]) -> None:
+    normalized = shape[-2:]
+    F.rms_norm(torch.ones(shape), normalized)  # fine on the CPU
+    with pytest.raises(NotImplementedError, match="normalized"):
+        F.rms_norm(torch.ones(shape, device=DEVICE), normalized)
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        F.rms_norm(
+            torch.ones(shape, device=DEVICE), normalized, torch.ones(normalized, device=DEVICE)
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_dtypes_refused(dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES["rms_norm"]
+    x = torch.ones(3, 8, dtype=dtype, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        F.rms_norm(x, (8,))
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        F.rms_norm(x, (8,), torch.ones(8, dtype=dtype, device=DEVICE))
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        torch.nn.RMSNorm(8, dtype=dtype).to(DEVICE)(x)
+
+
+def test_weight_dtype_refused() -> None:
+    x = torch.ones(3, 8, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="rms_norm"):
+        F.rms_norm(x, (8,), torch.ones(8, dtype=torch.float64, device=DEVICE))
+
+
+def test_shape_errors() -> None:
+    for dev in ("cpu", DEVICE):
+        x = torch.ones(2, 3, 8, device=dev)
+        with pytest.raises(RuntimeError) as excinfo:
+            F.rms_norm(x, (4,))
+        assert not isinstance(excinfo.value, NotImplementedError)
+        with pytest.raises(RuntimeError) as excinfo:
+            F.rms_norm(x, (8,), torch.ones(4, device=dev))
+        assert not isinstance(excinfo.value, NotImplementedError)
+
+
+def test_cpu_weight_refused() -> None:
+    with pytest.raises(RuntimeError) as excinfo:
+        F.rms_norm(torch.ones(3, 8, device=DEVICE), (8,), torch.ones(8))
+    assert not isinstance(excinfo.value, NotImplementedError)
+
+
+@requires_two_devices
+def test_second_device() -> None:
+    torch.infini.set_device(0)
+    dev = "infini:1"
+    x_cpu, x = pair((2, 3, 16), F32, seed=10, view=identity, device=dev)
+    w_cpu, w = pair((16,), F32, seed=11, device=dev)
+    assert_matches(F.rms_norm(x, (16,), w), F.rms_norm(x_cpu, (16,), w_cpu), device=dev, **NORM_TOL)
+    mod = torch.nn.RMSNorm(16).to(dev)
+    with torch.no_grad():
+        assert_matches(mod(x), F.rms_norm(x_cpu, (16,)), device=dev, **NORM_TOL)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        F.rms_norm(x, (16,), w.to("infini:0"))

@@ -23,7 +23,16 @@ _requested_backend = _backend.requested_from_environment()
 if torch._C._get_privateuse1_backend_name() != "infini":
     torch.utils.rename_privateuse1_backend("infini")
 
-from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
+try:
+    from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
+except ImportError as _error:
+    if "libinfini" in str(_error):
+        raise ImportError(
+            f"torch_infini was built against InfiniRT/InfiniOps, which the loader cannot find "
+            f"({_error}). Make libinfiniops.so and libinfinirt.so visible: add their lib (or "
+            f"lib64) directories to LD_LIBRARY_PATH, or register them with ldconfig."
+        ) from _error
+    raise
 
 _backend.apply(_requested_backend)
 

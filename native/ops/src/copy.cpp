@@ -79,7 +79,9 @@ bool kernelCopies(const at::Tensor& dst, const at::Tensor& src) {
   KernelProvider& k = kernels();
   Op op = dst.scalar_type() == src.scalar_type() ? Op::Copy : Op::Cast;
   bool same_device = dst.device() == src.device();
-  return k.supports(op, src.scalar_type()) && (same_device || k.supportsPeer());
+  // A cast reads one dtype and writes another: the provider needs both.
+  return k.supports(op, src.scalar_type()) && k.supports(op, dst.scalar_type()) &&
+         (same_device || k.supportsPeer());
 }
 
 // dst = src, both on infini, equal shapes. Stream-ordered on dst's current

@@ -37,7 +37,7 @@ struct TensorRef {
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class Op : uint8_t {
   Copy,     // same-dtype strided copy, dst and src of equal shape
-  Cast,     // strided copy converting src dtype into dst dtype (dtype = src)
+  Cast,     // strided copy converting between dtypes (both must be supported)
   Fill,     // dst[...] = value
   Add,      // out = a + alpha * b
   Mul,      // out = a * b

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "torch_infini/ops/operator_table.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
@@ -74,6 +75,22 @@ NB_MODULE(_C, m) {
     d["pinned_host"] = c.pinned_host;
     d["async_malloc"] = c.async_malloc;
     return d;
+  });
+
+  // The bridge's operators with the dtypes the selected provider declares
+  // for each: [(aten name, family, seam operator or None, [dtype names])].
+  m.def("_operator_table", [] {
+    nb::list rows;
+    for (const auto& entry : torch_infini::ops::bridgeOperators()) {
+      nb::list dtypes;
+      for (c10::ScalarType t : torch_infini::ops::supportedDtypes(entry))
+        dtypes.append(c10::toString(t));
+      nb::object op = entry.op.has_value()
+                          ? nb::cast(std::string(torch_infini::ops::opName(*entry.op)))
+                          : nb::none();
+      rows.append(nb::make_tuple(entry.name, entry.family, op, dtypes));
+    }
+    return rows;
   });
 
   // Devices.

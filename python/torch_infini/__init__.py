@@ -51,12 +51,16 @@ _printing.install()
 from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402
 from ._build_info import TORCH_VERSION as built_torch_version  # noqa: E402
 from ._build_info import VERSION as __version__  # noqa: E402
+from ._operators import OperatorInfo, operators, supported_dtypes  # noqa: E402
 
 __all__ = [
+    "OperatorInfo",
     "backend",
     "built_torch_version",
     "compiled_backends",
     "is_initialized",
+    "operators",
     "set_backend",
+    "supported_dtypes",
     "__version__",
 ]

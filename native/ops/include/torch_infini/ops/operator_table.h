@@ -1,0 +1,28 @@
+// Which ATen operators the bridge registers for infini, and which seam
+// operator (hence which provider-declared dtypes) serves each. Reports and
+// conformance tests read it; a test checks it against the dispatcher.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "torch_infini/ops/kernel_provider.h"
+
+namespace torch_infini::ops {
+
+struct OperatorEntry {
+  const char* name;      // "aten::add.Tensor"
+  const char* family;    // "elementwise", "matmul", ...
+  std::optional<Op> op;  // nullopt: no kernel involved (factories, views), every dtype
+};
+
+const std::vector<OperatorEntry>& bridgeOperators();
+
+// Dtypes the selected provider accepts for `entry` (every dtype PyTorch has
+// for entries without a seam operator; copies and fills work for all).
+std::vector<c10::ScalarType> supportedDtypes(const OperatorEntry& entry);
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,66 @@
+#include "torch_infini/ops/operator_table.h"
+
+namespace torch_infini::ops {
+
+const std::vector<OperatorEntry>& bridgeOperators() {
+  static const std::vector<OperatorEntry> table{
+      // Tensor creation, views and storage (tensor_factories.cpp).
+      {"aten::empty.memory_format", "factory", std::nullopt},
+      {"aten::empty_strided", "factory", std::nullopt},
+      {"aten::as_strided", "view", std::nullopt},
+      {"aten::view", "view", std::nullopt},
+      {"aten::_reshape_alias", "view", std::nullopt},
+      {"aten::resize_", "storage", std::nullopt},
+      {"aten::set_.source_Storage_storage_offset", "storage", std::nullopt},
+      {"aten::set_.source_Storage", "storage", std::nullopt},
+      {"aten::set_.source_Tensor", "storage", std::nullopt},
+      // Copies (copy.cpp): every dtype; strided device copies use the
+      // provider's copy kernel where it has one, else host staging.
+      {"aten::_copy_from", "copy", std::nullopt},
+      {"aten::_copy_from_and_resize", "copy", std::nullopt},
+      {"aten::_local_scalar_dense", "copy", std::nullopt},
+      // Fills (elementwise.cpp): a fill kernel or a one-time pattern upload.
+      {"aten::fill_.Scalar", "fill", std::nullopt},
+      {"aten::fill_.Tensor", "fill", std::nullopt},
+      {"aten::zero_", "fill", std::nullopt},
+      // Elementwise.
+      {"aten::add.Tensor", "elementwise", Op::Add},
+      {"aten::add_.Tensor", "elementwise", Op::Add},
+      {"aten::add.out", "elementwise", Op::Add},
+      {"aten::mul.Tensor", "elementwise", Op::Mul},
+      {"aten::mul_.Tensor", "elementwise", Op::Mul},
+      {"aten::mul.out", "elementwise", Op::Mul},
+      {"aten::relu", "activation", Op::Relu},
+      {"aten::relu_", "activation", Op::Relu},
+      {"aten::relu.out", "activation", Op::Relu},
+      {"aten::silu", "activation", Op::Silu},
+      {"aten::silu_", "activation", Op::Silu},
+      {"aten::silu.out", "activation", Op::Silu},
+      // Matrix products (matmul.cpp).
+      {"aten::mm", "matmul", Op::Gemm},
+      {"aten::mm.out", "matmul", Op::Gemm},
+      {"aten::bmm", "matmul", Op::Gemm},
+      {"aten::bmm.out", "matmul", Op::Gemm},
+      {"aten::addmm", "matmul", Op::Gemm},
+      {"aten::addmm.out", "matmul", Op::Gemm},
+      // Normalization (normalization.cpp).
+      {"aten::rms_norm", "normalization", Op::RmsNorm},
+  };
+  return table;
+}
+
+std::vector<c10::ScalarType> supportedDtypes(const OperatorEntry& entry) {
+  using c10::ScalarType;
+  // The dtypes tensors are commonly made of (quantized and float8 excluded).
+  static constexpr ScalarType kDtypes[] = {
+      ScalarType::Bool,   ScalarType::Byte,         ScalarType::Char,         ScalarType::Short,
+      ScalarType::Int,    ScalarType::Long,         ScalarType::UInt16,       ScalarType::UInt32,
+      ScalarType::UInt64, ScalarType::Half,         ScalarType::BFloat16,     ScalarType::Float,
+      ScalarType::Double, ScalarType::ComplexFloat, ScalarType::ComplexDouble};
+  std::vector<ScalarType> out;
+  for (ScalarType dtype : kDtypes)
+    if (!entry.op.has_value() || kernels().supports(*entry.op, dtype)) out.push_back(dtype);
+  return out;
+}
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,57 @@
+"""The operators torch-infini runs on `infini`, and their dtypes.
+
+Read from the native bridge (its operator table, with the dtypes the selected
+kernel provider declares), so reports and tests never hard-code them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import _C
+
+# c10's ScalarType names, as the native table spells them.
+_DTYPES: dict[str, torch.dtype] = {
+    "Bool": torch.bool,
+    "Byte": torch.uint8,
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "UInt16": torch.uint16,
+    "UInt32": torch.uint32,
+    "UInt64": torch.uint64,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+    "Float": torch.float32,
+    "Double": torch.float64,
+    "ComplexFloat": torch.complex64,
+    "ComplexDouble": torch.complex128,
+}
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    name: str  # "aten::add.Tensor"
+    family: str  # "elementwise", "matmul", ...
+    kernel: str | None  # seam operator serving it; None for factories/views/copies
+    dtypes: tuple[torch.dtype, ...]
+
+
+def operators() -> list[OperatorInfo]:
+    """Every ATen operator the bridge registers for infini (initializes the backend)."""
+    return [
+        OperatorInfo(name, family, kernel, tuple(_DTYPES[d] for d in dtypes))
+        for name, family, kernel, dtypes in _C._operator_table()
+    ]
+
+
+def supported_dtypes(name: str) -> tuple[torch.dtype, ...]:
+    """Dtypes the selected backend accepts for ``name`` ("aten::mm" or "mm")."""
+    full = name if name.startswith("aten::") else f"aten::{name}"
+    for info in operators():
+        if info.name == full:
+            return info.dtypes
+    raise KeyError(f"{name!r} has no infini kernel")

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "torch_infini/ops/operator_table.h"
+#include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
@@ -92,6 +93,53 @@ NB_MODULE(_C, m) {
     }
     return rows;
   });
+
+  // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.
+  m.def("_memory_stats", [](int device) {
+    using c10::CachingDeviceAllocator::StatType;
+    auto stats = torch_infini::deviceAllocator()->getDeviceStats(
+        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+    auto stat = [](const c10::CachingAllocator::Stat& s) {
+      nb::dict d;
+      d["current"] = s.current;
+      d["peak"] = s.peak;
+      d["allocated"] = s.allocated;
+      d["freed"] = s.freed;
+      return d;
+    };
+    auto array = [&](const c10::CachingDeviceAllocator::StatArray& a) {
+      nb::dict d;
+      d["all"] = stat(a[static_cast<size_t>(StatType::AGGREGATE)]);
+      d["small_pool"] = stat(a[static_cast<size_t>(StatType::SMALL_POOL)]);
+      d["large_pool"] = stat(a[static_cast<size_t>(StatType::LARGE_POOL)]);
+      return d;
+    };
+    nb::dict result;
+    result["num_alloc_retries"] = stats.num_alloc_retries;
+    result["num_ooms"] = stats.num_ooms;
+    result["num_sync_all_streams"] = stats.num_sync_all_streams;
+    result["num_device_alloc"] = stats.num_device_alloc;
+    result["num_device_free"] = stats.num_device_free;
+    result["allocation"] = array(stats.allocation);
+    result["segment"] = array(stats.segment);
+    result["active"] = array(stats.active);
+    result["inactive_split"] = array(stats.inactive_split);
+    result["allocated_bytes"] = array(stats.allocated_bytes);
+    result["reserved_bytes"] = array(stats.reserved_bytes);
+    result["active_bytes"] = array(stats.active_bytes);
+    result["inactive_split_bytes"] = array(stats.inactive_split_bytes);
+    result["requested_bytes"] = array(stats.requested_bytes);
+    return result;
+  });
+  m.def("_reset_peak_memory_stats", [](int device) {
+    torch_infini::deviceAllocator()->resetPeakStats(
+        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+  });
+  m.def("_reset_accumulated_memory_stats", [](int device) {
+    torch_infini::deviceAllocator()->resetAccumulatedStats(
+        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+  });
+  m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
 
   // Devices.
   m.def("_device_count", &torch_infini::deviceCount);

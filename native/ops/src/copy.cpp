@@ -150,7 +150,11 @@ void hostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
                  stream);
   // A staged copy lives in pageable memory that dies here: never async.
   const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(staged.data_ptr());
-  if (!async) rt.synchronizeStream(stream);
+  if (async) {
+    recordPinnedUse(staged.storage().data_ptr(), currentStream(dst.device().index()));
+  } else {
+    rt.synchronizeStream(stream);
+  }
 }
 
 // dst (CPU) = src (infini, same shape as dst).
@@ -176,7 +180,10 @@ void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
   rt.memcpyAsync(landing.data_ptr(), dense_src.data_ptr(), nbytesOf(landing),
                  MemcpyKind::DeviceToHost, stream);
   const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(dst.data_ptr());
-  if (async) return;
+  if (async) {
+    recordPinnedUse(dst.storage().data_ptr(), currentStream(src.device().index()));
+    return;
+  }
   rt.synchronizeStream(stream);
   if (!direct) {
     if (src.is_conj()) landing._set_conj(true);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import memory
 from ._device import (
     current_device,
     device,
@@ -26,6 +27,18 @@ from ._streams import (
     set_stream,
     stream,
 )
+from .memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_stats_as_nested_dict,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
 
 __all__ = [
     "Event",
@@ -37,6 +50,7 @@ __all__ = [
     "device",
     "device_count",
     "device_of",
+    "empty_cache",
     "get_device_name",
     "initial_seed",
     "init",
@@ -44,7 +58,17 @@ __all__ = [
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
     "mem_get_info",
+    "memory",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_peak_memory_stats",
     "set_device",
     "set_stream",
     "stream",

@@ -5,6 +5,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
+#include <c10/core/Stream.h>
 
 namespace torch_infini {
 
@@ -20,8 +21,14 @@ bool deviceOfPointer(const void* ptr, int* device);
 // order on the current stream of its device.
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
 
+// Releases every cached device block back to the runtime.
+void emptyDeviceCache();
+
 // Pinned (page-locked where the runtime can) host memory.
 c10::Allocator* pinnedAllocator();
 bool isPinnedPointer(const void* ptr);
+// A queued copy uses pinned `data` on `stream`: the block is not reused
+// before that work completes.
+void recordPinnedUse(const c10::DataPtr& data, c10::Stream stream);
 
 }  // namespace torch_infini

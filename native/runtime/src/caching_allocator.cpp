@@ -1,0 +1,415 @@
+#include "caching_allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "range_map.h"
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/stream.h"
+
+namespace torch_infini {
+namespace {
+
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::StatArray;
+using c10::CachingDeviceAllocator::StatType;
+
+// Sizes follow CUDA's caching allocator, so memory statistics read the same.
+constexpr size_t kMinBlockSize = 512;        // every size rounds up to this
+constexpr size_t kSmallSize = 1 << 20;       // largest "small" request
+constexpr size_t kSmallBuffer = 2 << 20;     // segment for small requests
+constexpr size_t kLargeBuffer = 20 << 20;    // segment for medium requests
+constexpr size_t kMinLargeAlloc = 10 << 20;  // above this, segments fit the request
+constexpr size_t kRoundLarge = 2 << 20;      // rounding of large segments
+
+size_t roundSize(size_t size) {
+  return size < kMinBlockSize ? kMinBlockSize
+                              : kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segmentSize(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+std::string formatBytes(size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return buffer;
+}
+
+struct Block {
+  int device;
+  c10::StreamId stream;  // the stream the block is ordered on
+  size_t size;
+  size_t requested = 0;
+  char* ptr;
+  bool small;
+  bool allocated = false;
+  bool in_pool = false;
+  Block* prev = nullptr;  // neighbours inside the same segment
+  Block* next = nullptr;
+  std::vector<c10::Stream> stream_uses;  // other streams (record_stream)
+  int pending_events = 0;
+
+  bool isSplit() const { return prev != nullptr || next != nullptr; }
+};
+
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+using Pool = std::set<Block*, BlockOrder>;
+
+struct DeviceCache {
+  std::mutex mutex;
+  Pool small;
+  Pool large;
+  std::deque<std::pair<runtime::EventHandle, Block*>> pending;  // cross-stream frees
+  DeviceStats stats;
+};
+
+class Allocator final : public CachingDeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override { return allocateOn(currentDevice(), bytes); }
+
+  c10::DataPtr allocateOn(int device, size_t bytes) override {
+    checkDeviceIndex(device);
+    const c10::StreamId stream = currentStream(device).id();
+    DeviceCache& cache = cacheFor(device);
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      processEvents(cache);
+      block = mallocLocked(cache, device, stream, bytes);
+    }
+    return {block->ptr, block, &Allocator::deleter,
+            c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    runtime::get().memcpy(dest, src, count, runtime::MemcpyKind::DeviceToDevice);
+  }
+
+  bool initialized() override { return runtime::isInitialized(); }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override { emptyCacheAll(); }
+
+  void emptyCacheAll() override {
+    for (size_t d = 0; d < caches_.size(); ++d) {
+      if (!caches_[d]) continue;
+      std::lock_guard<std::mutex> lock(caches_[d]->mutex);
+      releaseCached(*caches_[d], static_cast<int>(d));
+    }
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get_deleter() != &Allocator::deleter) return;  // not ours (e.g. from_blob)
+    auto* block = static_cast<Block*>(ptr.get_context());
+    TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1 &&
+                    stream.device_index() == block->device,
+                "record_stream: a tensor on infini:", block->device,
+                " cannot be recorded on a stream of ", stream.device());
+    DeviceCache& cache = cacheFor(block->device);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    if (stream.id() == block->stream) return;
+    for (const auto& s : block->stream_uses)
+      if (s == stream) return;
+    block->stream_uses.push_back(stream);
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    checkDeviceIndex(device);
+    DeviceCache& cache = cacheFor(device);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    return cache.stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    checkDeviceIndex(device);
+    DeviceCache& cache = cacheFor(device);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    forEachStatArray(cache.stats, [](StatArray& a) {
+      for (auto& s : a) s.reset_accumulated();
+    });
+    DeviceStats& s = cache.stats;
+    s.num_alloc_retries = s.num_ooms = s.num_device_alloc = s.num_device_free = 0;
+    s.num_sync_all_streams = 0;
+    s.oversize_allocations.reset_accumulated();
+    s.oversize_segments.reset_accumulated();
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    checkDeviceIndex(device);
+    DeviceCache& cache = cacheFor(device);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    forEachStatArray(cache.stats, [](StatArray& a) {
+      for (auto& s : a) s.reset_peak();
+    });
+    cache.stats.oversize_allocations.reset_peak();
+    cache.stats.oversize_segments.reset_peak();
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    checkDeviceIndex(device);
+    return runtime::get().memGetInfo(device);
+  }
+
+  bool deviceOf(const void* ptr, int* device) const override { return segments_.find(ptr, device); }
+
+ private:
+  static void deleter(void* context);
+
+  DeviceCache& cacheFor(int device) {
+    std::call_once(caches_once_, [this] {
+      caches_.resize(static_cast<size_t>(deviceCount()));
+      for (auto& c : caches_) c = std::make_unique<DeviceCache>();
+    });
+    return *caches_[device];
+  }
+
+  template <typename F>
+  static void forEachStatArray(DeviceStats& s, F f) {
+    for (StatArray* a :
+         {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+          &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes})
+      f(*a);
+  }
+
+  // Adds `delta` to the aggregate and the block's pool entry of `array`.
+  static void update(StatArray& array, bool small, int64_t delta) {
+    for (size_t i : {static_cast<size_t>(StatType::AGGREGATE),
+                     static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)}) {
+      if (delta >= 0) {
+        array[i].increase(static_cast<size_t>(delta));
+      } else {
+        array[i].decrease(static_cast<size_t>(-delta));
+      }
+    }
+  }
+
+  static Pool& poolFor(DeviceCache& cache, bool small) { return small ? cache.small : cache.large; }
+
+  // Free blocks enter and leave pools only here, so the inactive-split
+  // statistics (free pieces of split segments) stay exact.
+  static void insertFree(DeviceCache& cache, Block* block) {
+    poolFor(cache, block->small).insert(block);
+    block->in_pool = true;
+    if (block->isSplit()) {
+      update(cache.stats.inactive_split, block->small, 1);
+      update(cache.stats.inactive_split_bytes, block->small, static_cast<int64_t>(block->size));
+    }
+  }
+
+  static void removeFree(DeviceCache& cache, Block* block) {
+    poolFor(cache, block->small).erase(block);
+    block->in_pool = false;
+    if (block->isSplit()) {
+      update(cache.stats.inactive_split, block->small, -1);
+      update(cache.stats.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
+    }
+  }
+
+  Block* mallocLocked(DeviceCache& cache, int device, c10::StreamId stream, size_t bytes) {
+    const size_t size = roundSize(bytes);
+    const bool small = size <= kSmallSize;
+    Pool& pool = poolFor(cache, small);
+
+    Block key{device, stream, size, 0, nullptr, small};
+    auto it = pool.lower_bound(&key);
+    Block* block = nullptr;
+    if (it != pool.end() && (*it)->stream == stream) {
+      block = *it;
+      removeFree(cache, block);
+    } else {
+      block = newSegment(cache, device, stream, size, bytes);
+    }
+
+    // Split off what is not needed when the remainder is worth keeping.
+    const size_t remaining = block->size - size;
+    if (remaining >= (small ? kMinBlockSize : kSmallSize + 1)) {
+      auto* rest = new Block{device, stream, remaining, 0, block->ptr + size, small};
+      rest->prev = block;
+      rest->next = block->next;
+      if (rest->next) rest->next->prev = rest;
+      block->next = rest;
+      block->size = size;
+      insertFree(cache, rest);
+    }
+
+    block->allocated = true;
+    block->requested = bytes;
+    DeviceStats& s = cache.stats;
+    update(s.allocation, small, 1);
+    update(s.active, small, 1);
+    update(s.allocated_bytes, small, static_cast<int64_t>(block->size));
+    update(s.active_bytes, small, static_cast<int64_t>(block->size));
+    update(s.requested_bytes, small, static_cast<int64_t>(bytes));
+    return block;
+  }
+
+  Block* newSegment(DeviceCache& cache, int device, c10::StreamId stream, size_t size,
+                    size_t requested) {
+    runtime::DeviceRuntime& rt = runtime::get();
+    const size_t bytes = segmentSize(size);
+    void* ptr = rt.malloc(device, bytes);
+    if (ptr == nullptr) {
+      // Give the cache back to the runtime and try once more.
+      ++cache.stats.num_alloc_retries;
+      releaseCached(cache, device);
+      ptr = rt.malloc(device, bytes);
+    }
+    if (ptr == nullptr) {
+      ++cache.stats.num_ooms;
+      auto [free_bytes, total] = rt.memGetInfo(device);
+      const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false, "infini: out of memory on device ", device, " (backend '",
+          rt.name(), "'). Tried to allocate ", formatBytes(requested), " (a ", formatBytes(bytes),
+          " segment); ", formatBytes(cache.stats.allocated_bytes[agg].current),
+          " allocated by PyTorch, ", formatBytes(cache.stats.reserved_bytes[agg].current),
+          " reserved, ", formatBytes(free_bytes), " free of ", formatBytes(total),
+          " total. torch.infini.empty_cache() returns cached blocks to the device.");
+    }
+    segments_.insert(ptr, bytes, device);
+    const bool small = size <= kSmallSize;
+    update(cache.stats.segment, small, 1);
+    update(cache.stats.reserved_bytes, small, static_cast<int64_t>(bytes));
+    ++cache.stats.num_device_alloc;
+    return new Block{device, stream, bytes, 0, static_cast<char*>(ptr), small};
+  }
+
+  void freeLocked(DeviceCache& cache, Block* block) {
+    DeviceStats& s = cache.stats;
+    update(s.allocation, block->small, -1);
+    update(s.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    update(s.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    block->allocated = false;
+    if (!block->stream_uses.empty()) {
+      // Other streams may still read or write it: reuse after their work.
+      runtime::DeviceRuntime& rt = runtime::get();
+      std::vector<c10::Stream> uses;
+      uses.swap(block->stream_uses);
+      for (const c10::Stream& use : uses) {
+        if (rt.capabilities().events) {
+          runtime::EventHandle event = rt.createEvent(block->device, false);
+          rt.recordEvent(event, nativeStream(use));
+          cache.pending.emplace_back(event, block);
+          ++block->pending_events;
+        } else {
+          rt.synchronizeStream(nativeStream(use));  // no events: wait now
+        }
+      }
+      if (block->pending_events > 0) return;  // still active until the events complete
+    }
+    release(cache, block);
+  }
+
+  // Returns a no-longer-active block to its pool, merged with free neighbours.
+  void release(DeviceCache& cache, Block* block) {
+    update(cache.stats.active, block->small, -1);
+    update(cache.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    for (Block* neighbour : {block->prev, block->next}) {
+      if (neighbour == nullptr || !neighbour->in_pool) continue;
+      removeFree(cache, neighbour);
+      if (neighbour == block->prev) {
+        block->ptr = neighbour->ptr;
+        block->prev = neighbour->prev;
+        if (block->prev) block->prev->next = block;
+      } else {
+        block->next = neighbour->next;
+        if (block->next) block->next->prev = block;
+      }
+      block->size += neighbour->size;
+      delete neighbour;
+    }
+    insertFree(cache, block);
+  }
+
+  void processEvents(DeviceCache& cache) {
+    runtime::DeviceRuntime* rt = nullptr;
+    while (!cache.pending.empty()) {
+      auto [event, block] = cache.pending.front();
+      if (rt == nullptr) rt = &runtime::get();
+      if (!rt->queryEvent(event)) break;
+      cache.pending.pop_front();
+      rt->destroyEvent(event);
+      if (--block->pending_events == 0) release(cache, block);
+    }
+  }
+
+  // Waits for pending cross-stream frees, then hands every free, whole
+  // segment back to the runtime.
+  void releaseCached(DeviceCache& cache, int device) {
+    runtime::DeviceRuntime& rt = runtime::get();
+    while (!cache.pending.empty()) {
+      auto [event, block] = cache.pending.front();
+      cache.pending.pop_front();
+      rt.synchronizeEvent(event);
+      rt.destroyEvent(event);
+      if (--block->pending_events == 0) release(cache, block);
+    }
+    ++cache.stats.num_sync_all_streams;
+    for (Pool* pool : {&cache.small, &cache.large}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* block = *it;
+        if (block->isSplit()) {
+          ++it;
+          continue;
+        }
+        it = pool->erase(it);
+        segments_.erase(block->ptr);
+        rt.free(device, block->ptr);
+        update(cache.stats.segment, block->small, -1);
+        update(cache.stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
+        ++cache.stats.num_device_free;
+        delete block;
+      }
+    }
+  }
+
+  std::once_flag caches_once_;
+  std::vector<std::unique_ptr<DeviceCache>> caches_;
+  RangeMap segments_;
+};
+
+Allocator& instance() {
+  static auto* allocator = new Allocator();  // outlives static destructors
+  return *allocator;
+}
+
+void Allocator::deleter(void* context) {
+  auto* block = static_cast<Block*>(context);
+  Allocator& self = instance();
+  DeviceCache& cache = self.cacheFor(block->device);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  self.freeLocked(cache, block);
+}
+
+}  // namespace
+
+CachingDeviceAllocator& cachingDeviceAllocator() { return instance(); }
+
+}  // namespace torch_infini

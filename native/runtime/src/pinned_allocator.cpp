@@ -1,0 +1,205 @@
+// Pinned host allocator: page-locked memory from the runtime, cached.
+//
+// Freed blocks are kept by size class and reused; a block that a
+// non_blocking copy used (record_event) is reused only after the event
+// recorded behind that copy has completed. is_pinned is true for every
+// pointer inside a block this allocator handed out, cached or not.
+#include "pinned_allocator.h"
+
+#include <ATen/core/CachingHostAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "range_map.h"
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/stream.h"
+
+namespace torch_infini {
+namespace {
+
+// Power-of-two size classes from 512 bytes keep reuse simple and bounded.
+size_t sizeClass(size_t bytes) {
+  size_t size = 512;
+  while (size < bytes) size <<= 1;
+  return size;
+}
+
+struct HostBlock {
+  void* ptr;
+  size_t size;
+  bool allocated = false;
+  std::vector<runtime::EventHandle> events;  // uses by queued copies
+};
+
+class PinnedAllocator final : public at::HostAllocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    processEvents();
+    const size_t size = sizeClass(bytes);
+    HostBlock* block = nullptr;
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      block = it->second.back();
+      it->second.pop_back();
+    } else {
+      void* ptr = runtime::get().mallocHost(size);
+      if (ptr == nullptr) {
+        releaseCached();
+        ptr = runtime::get().mallocHost(size);
+      }
+      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "infini: failed to allocate ", size,
+                       " bytes of pinned host memory");
+      block = new HostBlock{ptr, size};
+      all_.insert(block);
+      ranges_.insert(ptr, size, 0);
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(size);
+      ++stats_.num_host_alloc;
+    }
+    block->allocated = true;
+    stats_.active_requests.increase(1);
+    stats_.active_bytes.increase(size);
+    return {block->ptr, block, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  // ctx is the DataPtr context this allocator set: the block.
+  bool record_event(void* /*ptr*/, void* ctx, c10::Stream stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto* block = static_cast<HostBlock*>(ctx);
+    if (all_.count(block) == 0) return false;  // not memory from this allocator
+    runtime::DeviceRuntime& rt = runtime::get();
+    if (!rt.capabilities().events) {
+      rt.synchronizeStream(nativeStream(stream));
+      return true;
+    }
+    runtime::EventHandle event = rt.createEvent(stream.device_index(), false);
+    rt.recordEvent(event, nativeStream(stream));
+    block->events.push_back(event);
+    return true;
+  }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    releaseCached();
+  }
+
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests,
+                    &stats_.active_bytes})
+      s->reset_accumulated();
+    stats_.num_host_alloc = stats_.num_host_free = 0;
+  }
+
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests,
+                    &stats_.active_bytes})
+      s->reset_peak();
+  }
+
+  bool owns(const void* ptr) const { return ranges_.find(ptr, nullptr); }
+
+ private:
+  static void deleter(void* ctx);
+
+  void free(HostBlock* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    block->allocated = false;
+    stats_.active_requests.decrease(1);
+    stats_.active_bytes.decrease(block->size);
+    if (block->events.empty()) {
+      free_[block->size].push_back(block);
+    } else {
+      pending_.push_back(block);
+    }
+  }
+
+  // Pending blocks whose copies have completed become reusable.
+  void processEvents() {
+    if (pending_.empty()) return;
+    runtime::DeviceRuntime& rt = runtime::get();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      HostBlock* block = *it;
+      auto& events = block->events;
+      for (auto e = events.begin(); e != events.end();) {
+        if (rt.queryEvent(*e)) {
+          rt.destroyEvent(*e);
+          e = events.erase(e);
+        } else {
+          ++e;
+        }
+      }
+      if (events.empty()) {
+        free_[block->size].push_back(block);
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void releaseCached() {
+    runtime::DeviceRuntime& rt = runtime::get();
+    for (HostBlock* block : pending_) {
+      for (runtime::EventHandle e : block->events) {
+        rt.synchronizeEvent(e);
+        rt.destroyEvent(e);
+      }
+      block->events.clear();
+      free_[block->size].push_back(block);
+    }
+    pending_.clear();
+    for (auto& [size, blocks] : free_) {
+      for (HostBlock* block : blocks) {
+        ranges_.erase(block->ptr);
+        all_.erase(block);
+        rt.freeHost(block->ptr);
+        stats_.allocations.decrease(1);
+        stats_.allocated_bytes.decrease(block->size);
+        ++stats_.num_host_free;
+        delete block;
+      }
+      blocks.clear();
+    }
+  }
+
+  std::mutex mutex_;
+  std::unordered_set<HostBlock*> all_;  // every block, handed out or cached
+  std::map<size_t, std::vector<HostBlock*>> free_;
+  std::vector<HostBlock*> pending_;
+  RangeMap ranges_;
+  at::HostStats stats_;
+};
+
+PinnedAllocator& instance() {
+  static auto* allocator = new PinnedAllocator();  // outlives static destructors
+  return *allocator;
+}
+
+void PinnedAllocator::deleter(void* ctx) { instance().free(static_cast<HostBlock*>(ctx)); }
+
+}  // namespace
+
+at::HostAllocator& pinnedHostAllocator() { return instance(); }
+
+bool isPinnedPointer(const void* ptr) { return ptr != nullptr && instance().owns(ptr); }
+
+}  // namespace torch_infini

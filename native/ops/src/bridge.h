@@ -1,10 +1,13 @@
 // Helpers shared by the ATen bridge translation units.
 #pragma once
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include "torch_infini/ops/kernel_provider.h"
+#include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 
@@ -26,7 +29,7 @@ inline TensorRef toRef(const at::Tensor& t) {
 
 // The current stream of the tensor's device, as a runtime handle.
 inline runtime::StreamHandle streamOf(const at::Tensor& t) {
-  return nativeStream(currentStream(t.device().index()));
+  return currentNativeStreamUnchecked(t.device().index());
 }
 
 // Raises NotImplementedError unless the provider supports (op, dtype).
@@ -35,6 +38,21 @@ inline void requireKernel(const char* aten_op, Op op, c10::ScalarType dtype) {
   TORCH_CHECK_NOT_IMPLEMENTED(k.supports(op, dtype), aten_op, ": dtype ", c10::toString(dtype),
                               " is not supported on infini by the '", k.name(),
                               "' kernel provider (", opName(op), " kernel)");
+}
+
+// A new tensor with t's sizes, strides, dtype and device, allocated straight
+// from the infini allocator (no dispatcher round trip).
+inline at::Tensor emptyLike(const at::Tensor& t) {
+  const int device = t.device().index();
+  if (device == currentDevice()) {
+    return at::detail::empty_strided_generic(t.sizes(), t.strides(), deviceAllocator(),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                             t.scalar_type());
+  }
+  c10::DeviceGuard guard(t.device());
+  return at::detail::empty_strided_generic(t.sizes(), t.strides(), deviceAllocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           t.scalar_type());
 }
 
 // PyTorch's own wording for tensors on different devices.

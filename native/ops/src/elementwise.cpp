@@ -66,6 +66,13 @@ void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtyp
 
 // ---------------------------------------------------------------- add, mul
 
+// Both infini, same device and dtype, same sizes and strides, dense.
+bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
+  return isInfini(a) && isInfini(b) && a.device() == b.device() &&
+         a.scalar_type() == b.scalar_type() && a.sizes().equals(b.sizes()) &&
+         a.strides().equals(b.strides()) && a.is_non_overlapping_and_dense();
+}
+
 bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 // float16/bfloat16 multiplied by a CPU scalar: PyTorch computes in float
@@ -100,6 +107,23 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
   if (foldScalarIntoAlpha(op, self, other)) {
     auto [zero, tensor, scalar] = foldedOperands(name, self, other);
     return binaryKernel(name, Op::Add, out, zero, tensor, scalar);
+  }
+  if (sameLayoutOperands(self, other) && (!out.defined() || out.is_same(self))) {
+    // Fast path (most model code): same-shape dense operands in one layout,
+    // one dtype, one device. The result takes their geometry, which is what
+    // TensorIterator would compute; no broadcast views are needed.
+    requireKernel(name, op, self.scalar_type());
+    if (out.defined() && out.storage().is_alias_of(other.storage()) && !out.is_same(other)) {
+      at::assert_no_partial_overlap(out, other);
+    }
+    at::Tensor result = out.defined() ? out : emptyLike(self);
+    if (result.numel() == 0) return result;
+    if (op == Op::Add) {
+      kernels().add(toRef(result), toRef(self), toRef(other), alpha.toDouble(), streamOf(result));
+    } else {
+      kernels().mul(toRef(result), toRef(self), toRef(other), streamOf(result));
+    }
+    return result;
   }
   auto [a, b] = binaryOperands(name, op, self, other);
   if (out.defined()) {

@@ -1,17 +1,60 @@
 #include "host_kernels.h"
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
 
+#include <array>
 #include <utility>
 
 namespace torch_infini::ops {
 namespace {
 
-// A CPU tensor aliasing the view's memory; it neither owns nor frees it.
-at::Tensor alias(const TensorRef& ref) {
-  return at::from_blob(ref.data, ref.sizes, ref.strides,
-                       at::TensorOptions().dtype(ref.dtype).device(at::kCPU));
-}
+// CPU tensors aliasing device views (host device memory is host memory);
+// they neither own nor free it. Every kernel needs a few, so each thread
+// that runs kernels (the caller inline, a stream worker in async mode) keeps
+// its own and repoints them per call instead of allocating new tensors.
+class Aliases {
+ public:
+  // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
+  // call for the same slot on this thread.
+  const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
+    Slot& s = slots_[slot];
+    const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
+    const size_t nbytes =
+        at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
+    if (!s.tensor.defined()) {
+      s.storage = c10::Storage(c10::Storage::use_byte_size_t(), 0,
+                               c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),
+                               /*allocator=*/nullptr, /*resizable=*/false);
+      s.tensor = at::detail::make_tensor<c10::TensorImpl>(
+          c10::Storage(s.storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
+    }
+    s.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+        c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+    s.storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+    c10::TensorImpl* impl = s.tensor.unsafeGetTensorImpl();
+    if (s.tensor.dtype() != meta) impl->set_storage_and_dtype(s.storage, meta);
+    impl->set_sizes_and_strides(ref.sizes, ref.strides, /*storage_offset=*/0);
+    return s.tensor;
+  }
+
+ private:
+  struct Slot {
+    c10::Storage storage;
+    at::Tensor tensor;
+  };
+  std::array<Slot, 4> slots_;
+};
+
+thread_local Aliases aliases;
+
+// Output, first and second operand, weight.
+const at::Tensor& out0(const TensorRef& ref) { return aliases(ref, 0); }
+const at::Tensor& in1(const TensorRef& ref) { return aliases(ref, 1); }
+const at::Tensor& in2(const TensorRef& ref) { return aliases(ref, 2); }
+const at::Tensor& in3(const TensorRef& ref) { return aliases(ref, 3); }
 
 class HostKernels final : public KernelProvider {
  public:
@@ -54,59 +97,65 @@ class HostKernels final : public KernelProvider {
   bool supportsPeer() const override { return true; }
 
   void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
-    submit(stream, [dst, src] { alias(dst).copy_(alias(src)); });
+    submit(stream, [dst, src] {
+      at::Tensor d = out0(dst);
+      d.copy_(in1(src));
+    });
   }
 
   void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) override {
-    submit(stream, [dst, value] { alias(dst).fill_(value); });
+    submit(stream, [dst, value] {
+      at::Tensor d = out0(dst);
+      d.fill_(value);
+    });
   }
 
   void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
            runtime::StreamHandle stream) override {
     submit(stream, [out, a, b, alpha] {
-      at::Tensor o = alias(out);
+      at::Tensor o = out0(out);
       if (out.dtype == c10::ScalarType::Half || out.dtype == c10::ScalarType::BFloat16) {
         // Like InfiniOps: reduced precision computes in float with alpha
         // unrounded (alpha may exceed the dtype's range, e.g. x * 1e5).
-        o.copy_(alias(a).to(at::kFloat).add(alias(b).to(at::kFloat), alpha));
+        o.copy_(in1(a).to(at::kFloat).add(in2(b).to(at::kFloat), alpha));
         return;
       }
-      at::add_out(o, alias(a), alias(b), scalarFor(out.dtype, alpha));
+      at::cpu::add_out(o, in1(a), in2(b), scalarFor(out.dtype, alpha));
     });
   }
 
   void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
            runtime::StreamHandle stream) override {
     submit(stream, [out, a, b] {
-      at::Tensor o = alias(out);
-      at::mul_out(o, alias(a), alias(b));
+      at::Tensor o = out0(out);
+      at::cpu::mul_out(o, in1(a), in2(b));
     });
   }
 
   void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
             runtime::StreamHandle stream) override {
     submit(stream, [out, a, b, alpha] {
-      at::Tensor o = alias(out);
+      at::Tensor o = out0(out);
       // beta = 0: the output's previous contents are ignored, as in Gemm.
       if (out.dim() == 3) {
-        at::baddbmm_out(o, o, alias(a), alias(b), /*beta=*/0, alpha);
+        at::baddbmm_out(o, o, in1(a), in2(b), /*beta=*/0, alpha);
       } else {
-        at::addmm_out(o, o, alias(a), alias(b), /*beta=*/0, alpha);
+        at::addmm_out(o, o, in1(a), in2(b), /*beta=*/0, alpha);
       }
     });
   }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
     submit(stream, [out, x] {
-      at::Tensor o = alias(out);
-      at::clamp_min_out(o, alias(x), 0);
+      at::Tensor o = out0(out);
+      at::clamp_min_out(o, in1(x), 0);
     });
   }
 
   void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
     submit(stream, [out, x] {
-      at::Tensor o = alias(out);
-      at::silu_out(o, alias(x));
+      at::Tensor o = out0(out);
+      at::silu_out(o, in1(x));
     });
   }
 
@@ -114,7 +163,8 @@ class HostKernels final : public KernelProvider {
                runtime::StreamHandle stream) override {
     submit(stream, [out, x, weight, eps] {
       const int64_t n = x.sizes.back();
-      alias(out).copy_(at::rms_norm(alias(x), {n}, alias(weight), eps));
+      at::Tensor o = out0(out);
+      o.copy_(at::rms_norm(in1(x), {n}, in3(weight), eps));
     });
   }
 

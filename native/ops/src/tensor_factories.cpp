@@ -38,7 +38,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
   checkFactoryOptions("empty", layout, pin_memory);
-  c10::DeviceGuard guard(targetDevice(device));
+  // The allocator serves the current device; switch only when needed.
+  const c10::Device target = targetDevice(device);
+  std::optional<c10::DeviceGuard> guard;
+  if (target.index() != currentDevice()) guard.emplace(target);
   return at::detail::empty_generic(size, deviceAllocator(), kInfiniKeys,
                                    c10::dtype_or_default(dtype), memory_format);
 }
@@ -47,7 +50,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                          std::optional<c10::Device> device, std::optional<bool> pin_memory) {
   checkFactoryOptions("empty_strided", layout, pin_memory);
-  c10::DeviceGuard guard(targetDevice(device));
+  const c10::Device target = targetDevice(device);
+  std::optional<c10::DeviceGuard> guard;
+  if (target.index() != currentDevice()) guard.emplace(target);
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kInfiniKeys,
                                            c10::dtype_or_default(dtype));
 }

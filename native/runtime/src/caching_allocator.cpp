@@ -85,17 +85,25 @@ struct DeviceCache {
   std::mutex mutex;
   Pool small;
   Pool large;
+  // Recycled pool nodes and blocks: steady-state allocation touches no heap.
+  std::vector<Pool::node_type> spare_nodes;
+  std::vector<Block*> spare_blocks;
   std::deque<std::pair<runtime::EventHandle, Block*>> pending;  // cross-stream frees
   DeviceStats stats;
 };
 
 class Allocator final : public CachingDeviceAllocator {
  public:
-  c10::DataPtr allocate(size_t bytes) override { return allocateOn(currentDevice(), bytes); }
+  // The current device is valid by construction (setCurrentDevice checks).
+  c10::DataPtr allocate(size_t bytes) override { return allocateValid(currentDevice(), bytes); }
 
   c10::DataPtr allocateOn(int device, size_t bytes) override {
     checkDeviceIndex(device);
-    const c10::StreamId stream = currentStream(device).id();
+    return allocateValid(device, bytes);
+  }
+
+  c10::DataPtr allocateValid(int device, size_t bytes) {
+    const c10::StreamId stream = currentStreamIdUnchecked(device);
     DeviceCache& cache = cacheFor(device);
     Block* block = nullptr;
     {
@@ -215,7 +223,15 @@ class Allocator final : public CachingDeviceAllocator {
   // Free blocks enter and leave pools only here, so the inactive-split
   // statistics (free pieces of split segments) stay exact.
   static void insertFree(DeviceCache& cache, Block* block) {
-    poolFor(cache, block->small).insert(block);
+    Pool& pool = poolFor(cache, block->small);
+    if (cache.spare_nodes.empty()) {
+      pool.insert(block);
+    } else {
+      Pool::node_type node = std::move(cache.spare_nodes.back());
+      cache.spare_nodes.pop_back();
+      node.value() = block;
+      pool.insert(std::move(node));
+    }
     block->in_pool = true;
     if (block->isSplit()) {
       update(cache.stats.inactive_split, block->small, 1);
@@ -224,13 +240,23 @@ class Allocator final : public CachingDeviceAllocator {
   }
 
   static void removeFree(DeviceCache& cache, Block* block) {
-    poolFor(cache, block->small).erase(block);
+    cache.spare_nodes.push_back(poolFor(cache, block->small).extract(block));
     block->in_pool = false;
     if (block->isSplit()) {
       update(cache.stats.inactive_split, block->small, -1);
       update(cache.stats.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
     }
   }
+
+  static Block* newBlock(DeviceCache& cache, Block value) {
+    if (cache.spare_blocks.empty()) return new Block(std::move(value));
+    Block* block = cache.spare_blocks.back();
+    cache.spare_blocks.pop_back();
+    *block = std::move(value);
+    return block;
+  }
+
+  static void recycle(DeviceCache& cache, Block* block) { cache.spare_blocks.push_back(block); }
 
   Block* mallocLocked(DeviceCache& cache, int device, c10::StreamId stream, size_t bytes) {
     const size_t size = roundSize(bytes);
@@ -250,7 +276,7 @@ class Allocator final : public CachingDeviceAllocator {
     // Split off what is not needed when the remainder is worth keeping.
     const size_t remaining = block->size - size;
     if (remaining >= (small ? kMinBlockSize : kSmallSize + 1)) {
-      auto* rest = new Block{device, stream, remaining, 0, block->ptr + size, small};
+      Block* rest = newBlock(cache, Block{device, stream, remaining, 0, block->ptr + size, small});
       rest->prev = block;
       rest->next = block->next;
       if (rest->next) rest->next->prev = rest;
@@ -298,7 +324,7 @@ class Allocator final : public CachingDeviceAllocator {
     update(cache.stats.segment, small, 1);
     update(cache.stats.reserved_bytes, small, static_cast<int64_t>(bytes));
     ++cache.stats.num_device_alloc;
-    return new Block{device, stream, bytes, 0, static_cast<char*>(ptr), small};
+    return newBlock(cache, Block{device, stream, bytes, 0, static_cast<char*>(ptr), small});
   }
 
   void freeLocked(DeviceCache& cache, Block* block) {
@@ -343,7 +369,7 @@ class Allocator final : public CachingDeviceAllocator {
         if (block->next) block->next->prev = block;
       }
       block->size += neighbour->size;
-      delete neighbour;
+      recycle(cache, neighbour);
     }
     insertFree(cache, block);
   }
@@ -380,12 +406,13 @@ class Allocator final : public CachingDeviceAllocator {
           continue;
         }
         it = pool->erase(it);
+        block->in_pool = false;
         segments_.erase(block->ptr);
         rt.free(device, block->ptr);
         update(cache.stats.segment, block->small, -1);
         update(cache.stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
         ++cache.stats.num_device_free;
-        delete block;
+        recycle(cache, block);
       }
     }
   }

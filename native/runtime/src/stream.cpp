@@ -84,8 +84,7 @@ int resolveDevice(int device) {
 
 c10::Stream currentStream(int device) {
   device = resolveDevice(device);
-  c10::StreamId id = static_cast<size_t>(device) < tls_streams.size() ? tls_streams[device] : 0;
-  return makeStream(device, id);
+  return makeStream(device, currentStreamIdUnchecked(device));
 }
 
 c10::Stream defaultStream(int device) { return makeStream(resolveDevice(device), 0); }
@@ -113,6 +112,14 @@ runtime::StreamHandle nativeStream(const c10::Stream& stream) {
   TORCH_CHECK(stream.id() >= 0 && stream.id() <= kStreamPoolSize, "infini: invalid stream id ",
               stream.id(), " on device ", device);
   return handleFor(device, stream.id());
+}
+
+c10::StreamId currentStreamIdUnchecked(int device) noexcept {
+  return static_cast<size_t>(device) < tls_streams.size() ? tls_streams[device] : 0;
+}
+
+runtime::StreamHandle currentNativeStreamUnchecked(int device) {
+  return handleFor(device, currentStreamIdUnchecked(device));
 }
 
 void synchronizeDevice(int device) { runtime::get().synchronizeDevice(resolveDevice(device)); }

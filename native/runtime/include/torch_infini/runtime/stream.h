@@ -31,6 +31,11 @@ c10::Stream streamFromPool(int device = -1);
 c10::Stream exchangeStream(const c10::Stream& stream);
 // The runtime handle behind a stream; validates device and id.
 runtime::StreamHandle nativeStream(const c10::Stream& stream);
+// Hot-path variants for a device index already known to be valid (the
+// device of an existing infini tensor): no validation, no runtime lookup.
+c10::StreamId currentStreamIdUnchecked(int device) noexcept;
+runtime::StreamHandle currentNativeStreamUnchecked(int device);
+
 // Synchronizes every stream the backend created on `device`.
 void synchronizeDevice(int device = -1);
 

@@ -1,0 +1,377 @@
+"""torch-infini benchmarks: `infini` against plain PyTorch CPU, in one process.
+
+    python benchmarks/run.py [--json build/benchmarks.json] [--rounds 7] [--quick]
+
+Every case runs the same work on CPU tensors and on `infini` tensors,
+interleaved round by round, and reports the ratio infini/CPU of the time per
+iteration (median and min-max over rounds; below 1 means infini is faster).
+Copy cases report bandwidth as a fraction of the CPU's own copy bandwidth
+(above 1 means faster). Every infini result is checked against the CPU one
+before anything is timed. Single-threaded (torch.set_num_threads(1)) so both
+sides run the same kernels the same way.
+
+Targets on the `host` device: overhead <= 1.5, allocation <= 1.0, add, mm and
+MLP <= 1.1, copies >= 0.9 of CPU copy bandwidth. They are reported, never
+asserted: speed belongs to benchmarks, not tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch_infini
+from torch import nn
+
+DEVICE = torch.device("infini:0")
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # "time": ratio of times; "bandwidth": ratio of bandwidths
+    target: str  # e.g. "<= 1.1"
+    cpu: Callable[[], object]
+    dev: Callable[[], object]
+    check: Callable[[], bool]
+    iterations: int
+
+
+@dataclass
+class Result:
+    name: str
+    kind: str
+    target: str
+    ratio: float
+    ratio_min: float
+    ratio_max: float
+    cpu_us: float
+    infini_us: float
+    meets_target: bool
+    rounds: list[float] = field(default_factory=list)
+
+
+def sync() -> None:
+    torch.infini.synchronize()
+
+
+def time_per_iteration(fn: Callable[[], object], iterations: int, device: bool) -> float:
+    if device:
+        sync()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    if device:
+        sync()
+    return (time.perf_counter() - start) / iterations
+
+
+def meets(ratio: float, target: str) -> bool:
+    op, value = target.split()
+    return ratio <= float(value) if op == "<=" else ratio >= float(value)
+
+
+def run_case(case: Case, rounds: int) -> Result:
+    if not case.check():
+        raise AssertionError(f"{case.name}: infini result differs from the CPU result")
+    for _ in range(max(3, case.iterations // 10)):  # warm caches and allocators
+        case.cpu()
+        case.dev()
+    sync()
+    ratios, cpu_times, dev_times = [], [], []
+    for _ in range(rounds):
+        t_cpu = time_per_iteration(case.cpu, case.iterations, device=False)
+        t_dev = time_per_iteration(case.dev, case.iterations, device=True)
+        cpu_times.append(t_cpu)
+        dev_times.append(t_dev)
+        # bandwidth ratio = cpu time / infini time
+        ratios.append(t_cpu / t_dev if case.kind == "bandwidth" else t_dev / t_cpu)
+    ratio = statistics.median(ratios)
+    return Result(
+        name=case.name,
+        kind=case.kind,
+        target=case.target,
+        ratio=ratio,
+        ratio_min=min(ratios),
+        ratio_max=max(ratios),
+        cpu_us=statistics.median(cpu_times) * 1e6,
+        infini_us=statistics.median(dev_times) * 1e6,
+        meets_target=meets(ratio, case.target),
+        rounds=ratios,
+    )
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device.type == "infini" and torch.allclose(a.cpu(), b, rtol=1e-4, atol=1e-5)
+
+
+def elementwise_cases(scale: float) -> list[Case]:
+    cases = []
+    for name, n, iters in [
+        ("overhead: add 1 element", 1, 20000),
+        ("add 1e3", 1000, 20000),
+        ("add 1e6", 1_000_000, 200),
+    ]:
+        a, b = torch.randn(n), torch.randn(n)
+        da, db = a.to(DEVICE), b.to(DEVICE)
+        target = "<= 1.5" if n == 1 else "<= 1.1"
+        cases.append(
+            Case(
+                name,
+                "time",
+                target,
+                lambda a=a, b=b: a + b,
+                lambda da=da, db=db: da + db,
+                lambda a=a, b=b, da=da, db=db: close(da + db, a + b),
+                max(1, int(iters * scale)),
+            )
+        )
+    return cases
+
+
+def matmul_cases(scale: float) -> list[Case]:
+    cases = []
+    for n, iters in [(256, 200), (1024, 5)]:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        da, db = a.to(DEVICE), b.to(DEVICE)
+        cases.append(
+            Case(
+                f"mm {n}",
+                "time",
+                "<= 1.1",
+                lambda a=a, b=b: a @ b,
+                lambda da=da, db=db: da @ db,
+                lambda a=a, b=b, da=da, db=db: torch.allclose(
+                    (da @ db).cpu(), a @ b, rtol=1e-4, atol=1e-3
+                ),
+                max(1, int(iters * scale)),
+            )
+        )
+    return cases
+
+
+def mlp_case(scale: float) -> Case:
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).eval()
+    mlp_dev = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).eval()
+    mlp_dev.load_state_dict(mlp.state_dict())
+    mlp_dev.to(DEVICE)
+    x = torch.randn(4, 64, 512)
+    dx = x.to(DEVICE)
+
+    def cpu() -> torch.Tensor:
+        with torch.no_grad():
+            return mlp(x)
+
+    def dev() -> torch.Tensor:
+        with torch.no_grad():
+            return mlp_dev(dx)
+
+    def check() -> bool:
+        return torch.allclose(dev().cpu(), cpu(), rtol=1e-4, atol=1e-4)
+
+    return Case(
+        "MLP Linear-ReLU-Linear [4, 64, 512]",
+        "time",
+        "<= 1.1",
+        cpu,
+        dev,
+        check,
+        max(1, int(10 * scale)),
+    )
+
+
+def copy_cases(scale: float) -> list[Case]:
+    n = 64 * 2**20 // 4  # 64 MiB of float32
+    src = torch.randn(n)
+    iters = max(1, int(10 * scale))
+    cases = []
+    # The CPU baseline is a CPU-to-CPU copy of the same bytes.
+    cpu_dst = torch.empty(n)
+    dev_buf = src.to(DEVICE)
+    host_dst = torch.empty(n)
+
+    cases.append(
+        Case(
+            "copy 64 MiB host->device (pageable)",
+            "bandwidth",
+            ">= 0.9",
+            lambda: cpu_dst.copy_(src),
+            lambda: dev_buf.copy_(src),
+            lambda: (dev_buf.copy_(src), torch.equal(dev_buf.cpu(), src))[1],
+            iters,
+        )
+    )
+    cases.append(
+        Case(
+            "copy 64 MiB device->host (pageable)",
+            "bandwidth",
+            ">= 0.9",
+            lambda: cpu_dst.copy_(src),
+            lambda: host_dst.copy_(dev_buf),
+            lambda: (host_dst.copy_(dev_buf), torch.equal(host_dst, src))[1],
+            iters,
+        )
+    )
+    pinned_src = src.pin_memory()
+    pinned_dst = torch.empty(n).pin_memory()
+
+    def h2d_pinned() -> None:
+        dev_buf.copy_(pinned_src, non_blocking=True)
+
+    def d2h_pinned() -> None:
+        pinned_dst.copy_(dev_buf, non_blocking=True)
+
+    def check_pinned() -> bool:
+        h2d_pinned()
+        d2h_pinned()
+        sync()
+        return torch.equal(pinned_dst, src)
+
+    cases.append(
+        Case(
+            "copy 64 MiB host->device (pinned, non_blocking)",
+            "bandwidth",
+            ">= 0.9",
+            lambda: cpu_dst.copy_(pinned_src),
+            h2d_pinned,
+            check_pinned,
+            iters,
+        )
+    )
+    cases.append(
+        Case(
+            "copy 64 MiB device->host (pinned, non_blocking)",
+            "bandwidth",
+            ">= 0.9",
+            lambda: pinned_dst.copy_(src),
+            d2h_pinned,
+            check_pinned,
+            iters,
+        )
+    )
+    return cases
+
+
+def allocation_cases(scale: float) -> list[Case]:
+    n = 4 * 2**20 // 4  # 4 MiB
+    iters = max(1, int(5000 * scale))
+    cpu = torch.device("cpu")  # both sides name their device, as user code does
+
+    def check() -> bool:
+        t = torch.empty(n, device=DEVICE)
+        return t.device == DEVICE and t.numel() == n
+
+    cases = [
+        Case(
+            "empty 4 MiB",
+            "time",
+            "<= 1.0",
+            lambda: torch.empty(n),
+            lambda: torch.empty(n, device=DEVICE),
+            check,
+            iters,
+        )
+    ]
+    live_cpu = [torch.empty(n // 16) for _ in range(64)]
+    live_dev = [torch.empty(n // 16, device=DEVICE) for _ in range(64)]
+    cases.append(
+        Case(
+            "empty 4 MiB with 64 live tensors",
+            "time",
+            "<= 1.0",
+            lambda: (live_cpu, torch.empty(n))[1],
+            lambda: (live_dev, torch.empty(n, device=DEVICE))[1],
+            check,
+            iters,
+        )
+    )
+    return cases
+
+
+def view_case(scale: float) -> Case:
+    x = torch.randn(64, 64)
+    dx = x.to(DEVICE)
+    return Case(
+        "view creation (view + transpose)",
+        "time",
+        "<= 1.1",
+        lambda: x.view(4096).view(64, 64).t(),
+        lambda: dx.view(4096).view(64, 64).t(),
+        lambda: torch.equal(dx.view(4096).view(64, 64).t().cpu(), x.t()),
+        max(1, int(20000 * scale)),
+    )
+
+
+def all_cases(scale: float) -> list[Case]:
+    return [
+        *elementwise_cases(scale),
+        *matmul_cases(scale),
+        mlp_case(scale),
+        *copy_cases(scale),
+        *allocation_cases(scale),
+        view_case(scale),
+    ]
+
+
+def render(results: list[Result]) -> str:
+    lines = [
+        f"{'case':<50} {'ratio':>7} {'min-max':>13} {'cpu us':>10} {'infini us':>10}  target   ok",
+        "-" * 104,
+    ]
+    for r in results:
+        lines.append(
+            f"{r.name:<50} {r.ratio:>7.2f} {r.ratio_min:>6.2f}-{r.ratio_max:<6.2f} "
+            f"{r.cpu_us:>10.2f} {r.infini_us:>10.2f}  {r.target:<7}  "
+            f"{'yes' if r.meets_target else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write results as JSON here")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per case")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads on both sides")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    scale = 0.05 if args.quick else 1.0
+    rounds = 2 if args.quick else args.rounds
+    print(
+        f"torch {torch.__version__}, torch_infini {torch_infini.__version__}, "
+        f"backend {torch_infini.backend()} ({torch.infini.get_device_name(0)}), "
+        f"threads {args.threads}, rounds {rounds}"
+    )
+    results = []
+    for case in all_cases(scale):
+        results.append(run_case(case, rounds))
+        print(render(results[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(render(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "torch": torch.__version__,
+            "torch_infini": torch_infini.__version__,
+            "backend": torch_infini.backend(),
+            "device": torch.infini.get_device_name(0),
+            "threads": args.threads,
+            "rounds": rounds,
+            "results": [asdict(r) for r in results],
+        }
+        args.json.write_text(json.dumps(payload, indent=2))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

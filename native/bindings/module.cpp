@@ -129,6 +129,9 @@ NB_MODULE(_C, m) {
     result["active_bytes"] = array(stats.active_bytes);
     result["inactive_split_bytes"] = array(stats.inactive_split_bytes);
     result["requested_bytes"] = array(stats.requested_bytes);
+    result["max_split_size"] = stats.max_split_size;
+    result["oversize_allocations"] = stat(stats.oversize_allocations);
+    result["oversize_segments"] = stat(stats.oversize_segments);
     return result;
   });
   m.def("_reset_peak_memory_stats", [](int device) {

@@ -22,8 +22,7 @@ class Aliases {
   const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
     Slot& s = slots_[slot];
     const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
-    const size_t nbytes =
-        at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
+    const size_t nbytes = at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
     if (!s.tensor.defined()) {
       s.storage = c10::Storage(c10::Storage::use_byte_size_t(), 0,
                                c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),

@@ -144,7 +144,16 @@ at::Tensor& set_source_Tensor(at::Tensor& self, const at::Tensor& source) {
                     source.strides());
 }
 
+// Tensor.record_stream: the block is not reused before work queued on
+// `stream` so far has run (the caching allocator defers its reuse).
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "record_stream: expected an infini stream, got a stream of ", stream.device());
+  deviceAllocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", record_stream);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

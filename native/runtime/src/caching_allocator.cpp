@@ -82,6 +82,9 @@ struct BlockOrder {
 using Pool = std::set<Block*, BlockOrder>;
 
 struct DeviceCache {
+  // Blocks of any size may be split (CUDA reports that as -1, "no limit").
+  DeviceCache() { stats.max_split_size = -1; }
+
   std::mutex mutex;
   Pool small;
   Pool large;
@@ -103,6 +106,9 @@ class Allocator final : public CachingDeviceAllocator {
   }
 
   c10::DataPtr allocateValid(int device, size_t bytes) {
+    const c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+    // Like CUDA's allocator: an empty tensor owns no memory and no statistics.
+    if (bytes == 0) return c10::DataPtr(nullptr, where);
     const c10::StreamId stream = currentStreamIdUnchecked(device);
     DeviceCache& cache = cacheFor(device);
     Block* block = nullptr;
@@ -111,8 +117,7 @@ class Allocator final : public CachingDeviceAllocator {
       processEvents(cache);
       block = mallocLocked(cache, device, stream, bytes);
     }
-    return {block->ptr, block, &Allocator::deleter,
-            c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))};
+    return {block->ptr, block, &Allocator::deleter, where};
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }

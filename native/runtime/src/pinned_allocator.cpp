@@ -84,9 +84,20 @@ class PinnedAllocator final : public at::HostAllocator {
       rt.synchronizeStream(nativeStream(stream));
       return true;
     }
+    // Drop uses that have completed, so a long-lived staging buffer used by
+    // many copies holds only the events of copies still in flight.
+    auto& events = block->events;
+    for (auto e = events.begin(); e != events.end();) {
+      if (rt.queryEvent(*e)) {
+        rt.destroyEvent(*e);
+        e = events.erase(e);
+      } else {
+        ++e;
+      }
+    }
     runtime::EventHandle event = rt.createEvent(stream.device_index(), false);
     rt.recordEvent(event, nativeStream(stream));
-    block->events.push_back(event);
+    events.push_back(event);
     return true;
   }
 

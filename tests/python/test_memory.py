@@ -194,7 +194,10 @@ def test_memory_stats_keys_follow_torch_cuda_naming() -> None:
     ]:
         assert key in flat
     assert list(flat) == sorted(flat)  # as torch.cuda.memory_stats
-    assert all(isinstance(value, int) and value >= 0 for value in flat.values())
+    assert all(isinstance(value, int) for value in flat.values())
+    # max_split_size is -1 ("no limit"), as torch.cuda reports by default.
+    assert flat["max_split_size"] == -1
+    assert all(value >= 0 for key, value in flat.items() if key != "max_split_size")
 
 
 def test_memory_stats_as_nested_dict_layout() -> None:

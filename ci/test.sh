@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: build from scratch, run ctest, install the wheel, run the
-# Python suite on the host device inline, then again with async streams and
-# two devices.
+# reports (build/reports/), then run the Python and conformance suites on
+# the host device inline, and again with async streams and two devices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -19,10 +19,20 @@ ctest --test-dir "${BUILD_DIR}" --output-on-failure
 echo "== Python: install the wheel"
 "$PYTHON" -m pip install --disable-pip-version-check --no-build-isolation --no-deps -q .
 
+# Gaps never fail the reports; failing to generate them does (set -e).
+REPORTS_DIR="${REPORTS_DIR:-build/reports}"
+echo "== reports: API gaps and operator coverage (${REPORTS_DIR})"
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
+  "$PYTHON" tools/report_api_gaps.py --profile tests/conformance/api_profile.json \
+  --markdown "${REPORTS_DIR}/api_gaps.md" --json "${REPORTS_DIR}/api_gaps.json"
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
+  "$PYTHON" tools/report_op_coverage.py \
+  --markdown "${REPORTS_DIR}/op_coverage.md" --json "${REPORTS_DIR}/op_coverage.json"
+
 echo "== pytest: host device, inline streams, 1 device"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
-  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python
+  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python tests/conformance
 
 echo "== pytest: host device, async streams, 2 devices"
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
-  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python
+  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python tests/conformance

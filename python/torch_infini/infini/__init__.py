@@ -17,7 +17,17 @@ from ._device import (
     synchronize,
 )
 from ._random import _is_in_bad_fork as _is_in_bad_fork
-from ._random import initial_seed, manual_seed, manual_seed_all
+from ._random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from ._streams import (
     Event,
     Stream,
@@ -52,6 +62,8 @@ __all__ = [
     "device_of",
     "empty_cache",
     "get_device_name",
+    "get_rng_state",
+    "get_rng_state_all",
     "initial_seed",
     "init",
     "is_available",
@@ -69,7 +81,11 @@ __all__ = [
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
     "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
     "set_device",
+    "set_rng_state",
+    "set_rng_state_all",
     "set_stream",
     "stream",
     "synchronize",

@@ -81,7 +81,9 @@ class Event(torch.Event):
             raise NotImplementedError(
                 "torch.infini.Event(interprocess=True) is not supported by the infini backend"
             )
-        return super().__new__(cls, device=torch.device("infini"), enable_timing=enable_timing)
+        event = super().__new__(cls, device=torch.device("infini"), enable_timing=enable_timing)
+        event._enable_timing = bool(enable_timing)
+        return event
 
     def record(self, stream: Stream | None = None) -> None:
         """Records the event on ``stream`` (the current stream if None)."""
@@ -97,11 +99,18 @@ class Event(torch.Event):
             raise TypeError(
                 f"expected end_event to be a torch.infini.Event, got {type(end_event).__name__}"
             )
-        if self.device != end_event.device and self.event_id and end_event.event_id:
+        # The checks and their order are torch.Event's (c10::Event::elapsedTime).
+        if not (self._enable_timing and end_event._enable_timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if not (self.event_id and end_event.event_id):
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if self.device != end_event.device:
             raise RuntimeError(
                 f"elapsed_time: events were recorded on different devices "
                 f"({self.device} and {end_event.device})"
             )
+        if not (self.query() and end_event.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return float(_C._event_elapsed_time(self.event_id, end_event.event_id))
 
     def ipc_handle(self) -> Any:
@@ -126,6 +135,9 @@ def set_stream(stream: Stream | None) -> None:
     if stream is None:
         return
     _check_infini_stream(stream)
+    # As torch.cuda.set_stream: the stream's device becomes current too.
+    if stream.device_index != _C._current_device():
+        _C._set_device(stream.device_index)
     _C._exchange_stream(stream.stream_id, stream.device_index)
 
 

@@ -1,0 +1,309 @@
+"""Operator conformance: infini against CPU on PyTorch's own OpInfo samples.
+
+For every ATen operator with an infini kernel (asked of the dispatcher) and
+every op_db entry for it, one test per dtype the backend declares and the
+OpInfo supports on CPU runs the operator's variant (function, in-place or
+``out=``) on the first samples, on CPU and on infini, and compares:
+
+* a result must match CPU (dtype-appropriate tolerances);
+* an unsupported sample must raise NotImplementedError or RuntimeError with
+  a message naming infini or the operator (counted, never a wrong result);
+* a sample CPU rejects must be rejected on infini too;
+* the operator under test must actually reach the dispatcher with infini
+  tensors (a mapping that exercises something else fails).
+
+Per operator, one dtype CPU supports but the backend does not declare must
+raise NotImplementedError. Operators without an op_db entry are listed
+explicitly below, so a new one shows up.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+import torch_infini
+from op_coverage import (
+    OpCase,
+    adapt_sample,
+    conformance_cases,
+    load_op_db,
+    operator_coverage,
+    opinfo_id,
+    recording,
+    relocate_sample,
+    undeclared_cases,
+    variant_callable,
+)
+
+MAX_SAMPLES = 20
+INFINI = torch.device("infini", 0)
+CPU = torch.device("cpu")
+
+# Registered operators op_db has no entry for: internal copies, reshape
+# aliases and storage swaps (every other test uses them, none has samples),
+# and record_stream (allocator bookkeeping, covered by tests/python).
+EXPECTED_WITHOUT_OPINFO = [
+    "aten::_copy_from",
+    "aten::_copy_from_and_resize",
+    "aten::_local_scalar_dense",
+    "aten::_reshape_alias",
+    "aten::record_stream",
+    "aten::set_.source_Storage",
+    "aten::set_.source_Storage_storage_offset",
+    "aten::set_.source_Tensor",
+]
+
+# OpInfos whose results are uninitialized memory: only metadata is compared
+# (OpInfo's has_nondeterministic_output says the same where torch sets it).
+UNINITIALIZED_RESULTS = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
+
+# Exceptions of the CPU reference that mean the harness or the OpInfo is
+# broken rather than that CPU rejects the sample.
+_HARNESS_ERRORS = (AttributeError, ImportError, NameError)
+
+# Known failures of the reference itself, with the product issue behind them.
+# strict: when the issue is fixed the test XPASSes and fails, so this list
+# shrinks.
+KNOWN_FAILURES: dict[str, str] = {}
+
+_OP_DB = load_op_db()
+_COVERAGE = operator_coverage(_OP_DB)
+_CASES = conformance_cases(_COVERAGE, _OP_DB)
+_UNDECLARED = undeclared_cases(_COVERAGE, _OP_DB)
+_BACKEND = torch_infini.backend()
+
+
+def _params(cases: list[OpCase]) -> list[Any]:
+    params = []
+    for case in cases:
+        marks = []
+        reason = KNOWN_FAILURES.get(opinfo_id(case.opinfo))
+        if reason is not None:
+            marks.append(pytest.mark.xfail(reason=reason, raises=AttributeError, strict=True))
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    return params
+
+
+def _tolerance(case: OpCase) -> dict[str, float]:
+    """assert_close tolerances: the dtype's defaults, widened for reduced precision.
+
+    float16/bfloat16 kernels may round intermediate results (a product with
+    alpha, an accumulation) where CPU computes in float: one or two ulps.
+    NVIDIA and MetaX run float32 GEMMs as TF32 (see README).
+    """
+    dtype = case.dtype
+    if dtype == torch.float16:
+        return {"rtol": 2e-3, "atol": 1e-3}
+    if dtype == torch.bfloat16:
+        return {"rtol": 1.6e-2, "atol": 1e-2}
+    family = next(op.family for op in _COVERAGE if op.name == case.operator)
+    if dtype == torch.float32 and family == "matmul" and _BACKEND in ("nvidia", "metax"):
+        return {"rtol": 1e-2, "atol": 1e-2}
+    return {}
+
+
+@dataclass
+class _Outcome:
+    compared: int = 0
+    unsupported: list[str] = field(default_factory=list)
+    rejected_by_both: int = 0
+    exercised: set[str] = field(default_factory=set)
+
+
+def _is_clear(exc: BaseException, case: OpCase) -> bool:
+    if not isinstance(exc, (NotImplementedError, RuntimeError)):
+        return False
+    message = str(exc)
+    return "infini" in message or case.name.root in message
+
+
+def _call(case: OpCase, device: torch.device, sample: Any, expected: Any = None) -> Any:
+    """Runs the case's variant on a fresh copy of ``sample`` on ``device``."""
+    fn, _ = variant_callable(case)
+    args, kwargs = adapt_sample(case.operator, (sample.input, *sample.args), dict(sample.kwargs))
+    args = relocate_sample(args, device)
+    kwargs = relocate_sample(kwargs, device)
+    variant = case.name.variant
+    if variant == "out":
+        # The out tensor takes the function variant's result geometry (CPU's
+        # when known: the oracle decides the shape, infini fills it).
+        reference = expected if expected is not None else case.opinfo.op(*args, **kwargs)
+        out = relocate_sample(_empty_like(reference), device)
+        returned = fn(*args, **kwargs, out=out)
+        return out, returned
+    if variant == "inplace":
+        returned = fn(*args, **kwargs)
+        return args[0], returned
+    return fn(*args, **kwargs), None
+
+
+def _empty_like(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_like(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_empty_like(v) for v in value)
+    return value
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def _devices_of(value: Any) -> set[str]:
+    if isinstance(value, torch.Tensor):
+        return {value.device.type}
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_devices_of(v) for v in value)) if value else set()
+    return set()
+
+
+class _Where:
+    """Names a sample in failure messages (formatted only when a message is)."""
+
+    def __init__(self, case: OpCase, index: int, sample: Any, suffix: str = "") -> None:
+        self.case, self.index, self.sample, self.suffix = case, index, sample, suffix
+
+    def __str__(self) -> str:
+        summary = self.sample.summary() if hasattr(self.sample, "summary") else self.sample
+        return f"{self.case.id} sample {self.index} ({summary}){self.suffix}"
+
+
+def _compare(case: OpCase, got: Any, expected: Any, what: _Where) -> None:
+    devices = _devices_of(got)
+    if _devices_of(expected):
+        assert devices == {"infini"}, f"{what}: result on {devices}, expected infini"
+    got_cpu = _to_cpu(got)
+    if case.opinfo.name in UNINITIALIZED_RESULTS or getattr(
+        case.opinfo, "has_nondeterministic_output", False
+    ):
+        # Uninitialized values: compare the geometry, read on the device
+        # (a copy to the CPU makes non-dense results contiguous).
+        assert isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)
+        assert (got.shape, got.dtype, got.stride()) == (
+            expected.shape,
+            expected.dtype,
+            expected.stride(),
+        ), f"{what}: metadata differs"
+        return
+    torch.testing.assert_close(
+        got_cpu, expected, equal_nan=True, msg=lambda m: f"{what}: {m}", **_tolerance(case)
+    )
+
+
+def _run(case: OpCase) -> _Outcome:
+    outcome = _Outcome()
+    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
+        what = _Where(case, index, sample)
+        try:
+            expected, expected_returned = _call(case, CPU, sample)
+            cpu_error: Exception | None = None
+        except _HARNESS_ERRORS:
+            raise  # the reference itself is broken, not the sample
+        except Exception as exc:  # CPU rejects the sample: infini must too
+            cpu_error = exc
+        with recording() as recorder:
+            try:
+                if cpu_error is None:
+                    got, got_returned = _call(case, INFINI, sample, expected)
+                else:
+                    _call(case, INFINI, sample)
+            except Exception as exc:
+                infini_error: Exception | None = exc
+            else:
+                infini_error = None
+        outcome.exercised |= recorder.seen
+        if cpu_error is not None:
+            assert infini_error is not None, (
+                f"{what}: infini returned a result where CPU raised "
+                f"{type(cpu_error).__name__}: {cpu_error}"
+            )
+            assert isinstance(infini_error, type(cpu_error)) or _is_clear(infini_error, case), (
+                f"{what}: CPU raised {type(cpu_error).__name__}, infini "
+                f"{type(infini_error).__name__}: {infini_error}"
+            )
+            outcome.rejected_by_both += 1
+            continue
+        if infini_error is not None:
+            assert _is_clear(infini_error, case), (
+                f"{what}: unsupported samples must raise NotImplementedError or RuntimeError "
+                f"naming infini or {case.name.root!r}; got {type(infini_error).__name__}: "
+                f"{infini_error}"
+            )
+            outcome.unsupported.append(f"{type(infini_error).__name__}: {infini_error}")
+            continue
+        _compare(case, got, expected, what)
+        if case.name.variant != "function" and isinstance(expected_returned, torch.Tensor):
+            _compare(
+                case, got_returned, expected_returned, _Where(case, index, sample, " (returned)")
+            )
+        outcome.compared += 1
+    return outcome
+
+
+@pytest.mark.parametrize("case", _params(_CASES))
+def test_operator_matches_cpu(case: OpCase, record_property: Any) -> None:
+    outcome = _run(case)
+    record_property("compared_samples", outcome.compared)
+    record_property("unsupported_samples", len(outcome.unsupported))
+    attempted = outcome.compared + len(outcome.unsupported)
+    assert attempted > 0, (
+        f"no sample of {opinfo_id(case.opinfo)} applies to {case.operator} "
+        f"({outcome.rejected_by_both} rejected by CPU and infini alike)"
+    )
+    assert case.operator in outcome.exercised, (
+        f"{opinfo_id(case.opinfo)} ({variant_callable(case)[1]}) never reached {case.operator} "
+        f"on infini; it reached {sorted(outcome.exercised)}"
+    )
+
+
+@pytest.mark.parametrize("case", _params(_UNDECLARED))
+def test_undeclared_dtype_is_refused(case: OpCase) -> None:
+    """A dtype the backend does not declare raises NotImplementedError, never a result."""
+    refused = 0
+    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
+        try:
+            expected, _ = _call(case, CPU, sample)
+        except _HARNESS_ERRORS:
+            raise
+        except Exception:
+            continue  # not a valid sample for CPU either
+        with pytest.raises(NotImplementedError) as info:
+            _call(case, INFINI, sample, expected)
+        assert torch_infini.backend() in str(info.value) or "infini" in str(info.value), (
+            f"sample {index}: the refusal should name the backend: {info.value}"
+        )
+        refused += 1
+    assert refused > 0, f"no sample of {opinfo_id(case.opinfo)} in {case.dtype} applies"
+
+
+def test_every_registered_operator_has_cases_or_is_listed() -> None:
+    tested = {case.operator for case in _CASES}
+    untested = [op.name for op in _COVERAGE if op.name not in tested]
+    without_opinfo = [op.name for op in _COVERAGE if not op.opinfos]
+    assert sorted(without_opinfo) == EXPECTED_WITHOUT_OPINFO, (
+        "registered operators without an op_db entry changed; update EXPECTED_WITHOUT_OPINFO "
+        f"(and the reason) to: {without_opinfo}"
+    )
+    assert sorted(untested) == sorted(without_opinfo), (
+        f"operators with an op_db entry but no declared dtype the OpInfo supports on CPU: "
+        f"{sorted(set(untested) - set(without_opinfo))}"
+    )
+
+
+def test_dispatcher_and_operator_table_agree() -> None:
+    unlisted = [op.name for op in _COVERAGE if not op.in_table]
+    unregistered = [op.name for op in _COVERAGE if not op.registered]
+    assert not unlisted, (
+        f"registered for PrivateUse1 but missing from the operator table: {unlisted}"
+    )
+    assert not unregistered, f"in the operator table but not registered: {unregistered}"

@@ -157,8 +157,9 @@ at::Tensor binary(const char* name, Op op, const at::Tensor& self, const at::Ten
 
 void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   // PyTorch's rule: an integral result needs an integral alpha, a non-bool
-  // result a non-bool alpha.
-  const auto dtype = at::result_type(self, other);
+  // result a non-bool alpha. (Operands of one dtype need no promotion.)
+  const auto dtype =
+      self.scalar_type() == other.scalar_type() ? self.scalar_type() : at::result_type(self, other);
   TORCH_CHECK(!alpha.isBoolean() || dtype == at::kBool,
               "Boolean alpha only supported for Boolean results.");
   TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || alpha.isIntegral(true),

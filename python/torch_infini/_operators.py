@@ -49,9 +49,18 @@ def operators() -> list[OperatorInfo]:
 
 
 def supported_dtypes(name: str) -> tuple[torch.dtype, ...]:
-    """Dtypes the selected backend accepts for ``name`` ("aten::mm" or "mm")."""
+    """Dtypes the selected backend accepts for ``name``.
+
+    ``name`` is an operator with or without overload and namespace:
+    "aten::add.Tensor", "add.out", "add" (every overload of an operator is
+    served by the same kernel, so they share their dtypes).
+    """
     full = name if name.startswith("aten::") else f"aten::{name}"
-    for info in operators():
+    infos = operators()
+    for info in infos:
         if info.name == full:
+            return info.dtypes
+    for info in infos:
+        if info.name.split(".", 1)[0] == full:
             return info.dtypes
     raise KeyError(f"{name!r} has no infini kernel")

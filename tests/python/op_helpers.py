@@ -112,3 +112,20 @@ def assert_matches(
     elif not tols:
         tols = tolerances(expected.dtype)
     torch.testing.assert_close(got, expected, equal_nan=True, **tols)
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+# (operator, dtype) pairs the suite expects an infini kernel for, on every
+# backend it runs on; test_operator_table.py checks the product declares them.
+KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "add": FLOAT_DTYPES + INT_DTYPES,
+    "mul": FLOAT_DTYPES + INT_DTYPES,
+    "relu": FLOAT_DTYPES + INT_DTYPES,
+    "silu": FLOAT_DTYPES,
+    "mm": (torch.float32,),
+    "bmm": (torch.float32,),
+    "addmm": (torch.float32,),
+    "rms_norm": (torch.float32,),
+}

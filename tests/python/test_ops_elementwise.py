@@ -17,6 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from op_helpers import (
     DEVICE,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    KERNEL_DTYPES,
     ViewFn,
     assert_matches,
     identity,
@@ -24,22 +27,6 @@ from op_helpers import (
     pair,
     requires_two_devices,
 )
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-# (operator, dtype) pairs with an infini kernel. No Python API reports them
-# yet; keep in sync with the kernel providers' supports().
-KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
-    "add": FLOAT_DTYPES + INT_DTYPES,
-    "mul": FLOAT_DTYPES + INT_DTYPES,
-    "relu": FLOAT_DTYPES + INT_DTYPES,
-    "silu": FLOAT_DTYPES,
-    "mm": (torch.float32,),
-    "bmm": (torch.float32,),
-    "addmm": (torch.float32,),
-    "rms_norm": (torch.float32,),
-}
 
 REFUSED_DTYPES = (torch.bool, torch.complex64)
 

@@ -6,28 +6,18 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from op_helpers import DEVICE, ViewFn, assert_matches, pair, requires_two_devices
+from op_helpers import (
+    DEVICE,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    ViewFn,
+    assert_matches,
+    pair,
+    requires_two_devices,
+)
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-# (operator, dtype) pairs with an infini kernel. No Python API reports them
-# yet; keep in sync with the kernel providers' supports(). fill_ and zero_
-# work for every dtype below (with or without a fill kernel).
-KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
-    "add": FLOAT_DTYPES + INT_DTYPES,
-    "mul": FLOAT_DTYPES + INT_DTYPES,
-    "relu": FLOAT_DTYPES + INT_DTYPES,
-    "silu": FLOAT_DTYPES,
-    "mm": (torch.float32,),
-    "bmm": (torch.float32,),
-    "addmm": (torch.float32,),
-    "rms_norm": (torch.float32,),
-    "fill_": FLOAT_DTYPES + INT_DTYPES + (torch.bool, torch.complex64),
-    "zero_": FLOAT_DTYPES + INT_DTYPES + (torch.bool, torch.complex64),
-}
-
-FILL_DTYPES = KERNEL_DTYPES["fill_"]
+# fill_ and zero_ work for every dtype below (with or without a fill kernel).
+FILL_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool, torch.complex64)
 
 
 def fill_value(dtype: torch.dtype) -> bool | int | float | complex:

@@ -69,8 +69,6 @@ class HostKernels final : public KernelProvider {
     const bool signed_or_byte = dtype == ScalarType::Char || dtype == ScalarType::Short ||
                                 dtype == ScalarType::Int || dtype == ScalarType::Long ||
                                 dtype == ScalarType::Byte;
-    const bool wide_unsigned =
-        dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 || dtype == ScalarType::UInt64;
     switch (op) {
       case Op::Copy:
       case Op::Cast:
@@ -79,8 +77,9 @@ class HostKernels final : public KernelProvider {
                c10::isComplexType(dtype);
       case Op::Add:
       case Op::Mul:
-        return floating || signed_or_byte || wide_unsigned;
       case Op::Relu:
+        // Not uint16/32/64: PyTorch's own CPU add has no kernel for them,
+        // so neither the host provider nor the CPU oracle could serve them.
         return floating || signed_or_byte;
       case Op::Silu:
         return floating;

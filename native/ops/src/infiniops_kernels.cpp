@@ -130,10 +130,12 @@ class InfiniOpsKernels final : public KernelProvider {
     switch (op) {
       case Op::Copy:
       case Op::Cast:
+        return true;  // every InfiniOps dtype
       case Op::Add:
       case Op::Mul:
-        return true;  // every InfiniOps dtype
       case Op::Relu:
+        // InfiniOps Add/Mul also take uint16/32/64, but PyTorch offers no
+        // CPU add for them: the bridge offers what host and Infini share.
         return isFloating(dtype) || isSignedOrByte(dtype);
       case Op::Silu:
         return isFloating(dtype);

@@ -1,0 +1,31 @@
+"""torch_infini.operators(): what the bridge registers, as the dispatcher sees it."""
+
+from __future__ import annotations
+
+import torch
+import torch_infini
+from op_helpers import KERNEL_DTYPES
+
+
+def test_table_matches_the_dispatcher() -> None:
+    registered = {
+        name
+        for name in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+        if name.startswith("aten::")
+    }
+    assert {info.name for info in torch_infini.operators()} == registered
+
+
+def test_declared_dtypes_are_what_the_suite_expects() -> None:
+    for op, dtypes in KERNEL_DTYPES.items():
+        declared = set(torch_infini.supported_dtypes(op))
+        assert declared == set(dtypes), (op, sorted(map(str, declared ^ set(dtypes))))
+
+
+def test_unknown_operator_is_a_key_error() -> None:
+    try:
+        torch_infini.supported_dtypes("aten::tanh")
+    except KeyError as error:
+        assert "tanh" in str(error)
+    else:
+        raise AssertionError("supported_dtypes('aten::tanh') should raise KeyError")

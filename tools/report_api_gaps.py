@@ -35,10 +35,9 @@ from report_io import (  # noqa: E402
     add_output_arguments,
     code,
     counts_table,
+    generate,
     require_output,
-    run,
     table,
-    write_outputs,
 )
 
 SCHEMA = "torch-infini/api-gaps/1"
@@ -232,15 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     require_output(parser, args)
 
-    def generate() -> int:
-        data = build(load_profile(args.profile))
-        written = write_outputs(args, render_markdown(data), data)
-        print(summary(data))
-        for path in written:
-            print(f"wrote {path}")
-        return 0
-
-    return run(generate)
+    return generate(args, lambda: build(load_profile(args.profile)), render_markdown, summary)
 
 
 if __name__ == "__main__":

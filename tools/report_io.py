@@ -64,6 +64,29 @@ def run(main: Callable[[], int]) -> int:
         return EXIT_ERROR
 
 
+def generate(
+    args: argparse.Namespace,
+    build: Callable[[], dict[str, Any]],
+    render_markdown: Callable[[dict[str, Any]], str],
+    summary: Callable[[dict[str, Any]], str],
+) -> int:
+    """Builds a report, writes the requested outputs, prints a summary.
+
+    Exit status 0 whatever the report says; 2 with ``error: ...`` when it
+    cannot be generated.
+    """
+
+    def main() -> int:
+        data = build()
+        written = write_outputs(args, render_markdown(data), data)
+        print(summary(data))
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+
+    return run(main)
+
+
 # ---------------------------------------------------------------- Markdown
 
 

@@ -26,10 +26,9 @@ from report_io import (  # noqa: E402
     cell,
     code,
     counts_table,
+    generate,
     require_output,
-    run,
     table,
-    write_outputs,
 )
 
 SCHEMA = "torch-infini/op-coverage/1"
@@ -226,15 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     require_output(parser, args)
 
-    def generate() -> int:
-        data = build()
-        written = write_outputs(args, render_markdown(data), data)
-        print(summary(data))
-        for path in written:
-            print(f"wrote {path}")
-        return 0
-
-    return run(generate)
+    return generate(args, build, render_markdown, summary)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ std::string formatBytes(size_t bytes) {
 }
 
 struct Block {
+  Block(int device, c10::StreamId stream, size_t size, char* ptr, bool small)
+      : device(device), stream(stream), size(size), ptr(ptr), small(small) {}
+
   int device;
   c10::StreamId stream;  // the stream the block is ordered on
   size_t size;
@@ -268,7 +271,7 @@ class Allocator final : public CachingDeviceAllocator {
     const bool small = size <= kSmallSize;
     Pool& pool = poolFor(cache, small);
 
-    Block key{device, stream, size, 0, nullptr, small};
+    Block key(device, stream, size, nullptr, small);
     auto it = pool.lower_bound(&key);
     Block* block = nullptr;
     if (it != pool.end() && (*it)->stream == stream) {
@@ -281,7 +284,7 @@ class Allocator final : public CachingDeviceAllocator {
     // Split off what is not needed when the remainder is worth keeping.
     const size_t remaining = block->size - size;
     if (remaining >= (small ? kMinBlockSize : kSmallSize + 1)) {
-      Block* rest = newBlock(cache, Block{device, stream, remaining, 0, block->ptr + size, small});
+      Block* rest = newBlock(cache, Block(device, stream, remaining, block->ptr + size, small));
       rest->prev = block;
       rest->next = block->next;
       if (rest->next) rest->next->prev = rest;
@@ -329,7 +332,7 @@ class Allocator final : public CachingDeviceAllocator {
     update(cache.stats.segment, small, 1);
     update(cache.stats.reserved_bytes, small, static_cast<int64_t>(bytes));
     ++cache.stats.num_device_alloc;
-    return newBlock(cache, Block{device, stream, bytes, 0, static_cast<char*>(ptr), small});
+    return newBlock(cache, Block(device, stream, bytes, static_cast<char*>(ptr), small));
   }
 
   void freeLocked(DeviceCache& cache, Block* block) {

@@ -55,7 +55,7 @@ class PinnedAllocator final : public at::HostAllocator {
       }
       TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "infini: failed to allocate ", size,
                        " bytes of pinned host memory");
-      block = new HostBlock{ptr, size};
+      block = new HostBlock{ptr, size, false, {}};
       all_.insert(block);
       ranges_.insert(ptr, size, 0);
       stats_.allocations.increase(1);
@@ -86,18 +86,10 @@ class PinnedAllocator final : public at::HostAllocator {
     }
     // Drop uses that have completed, so a long-lived staging buffer used by
     // many copies holds only the events of copies still in flight.
-    auto& events = block->events;
-    for (auto e = events.begin(); e != events.end();) {
-      if (rt.queryEvent(*e)) {
-        rt.destroyEvent(*e);
-        e = events.erase(e);
-      } else {
-        ++e;
-      }
-    }
+    dropCompleted(rt, block->events);
     runtime::EventHandle event = rt.createEvent(stream.device_index(), false);
     rt.recordEvent(event, nativeStream(stream));
-    events.push_back(event);
+    block->events.push_back(event);
     return true;
   }
 
@@ -131,6 +123,17 @@ class PinnedAllocator final : public at::HostAllocator {
  private:
   static void deleter(void* ctx);
 
+  static void dropCompleted(runtime::DeviceRuntime& rt, std::vector<runtime::EventHandle>& events) {
+    for (auto e = events.begin(); e != events.end();) {
+      if (rt.queryEvent(*e)) {
+        rt.destroyEvent(*e);
+        e = events.erase(e);
+      } else {
+        ++e;
+      }
+    }
+  }
+
   void free(HostBlock* block) {
     std::lock_guard<std::mutex> lock(mutex_);
     block->allocated = false;
@@ -149,16 +152,8 @@ class PinnedAllocator final : public at::HostAllocator {
     runtime::DeviceRuntime& rt = runtime::get();
     for (auto it = pending_.begin(); it != pending_.end();) {
       HostBlock* block = *it;
-      auto& events = block->events;
-      for (auto e = events.begin(); e != events.end();) {
-        if (rt.queryEvent(*e)) {
-          rt.destroyEvent(*e);
-          e = events.erase(e);
-        } else {
-          ++e;
-        }
-      }
-      if (events.empty()) {
+      dropCompleted(rt, block->events);
+      if (block->events.empty()) {
         free_[block->size].push_back(block);
         it = pending_.erase(it);
       } else {

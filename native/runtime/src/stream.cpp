@@ -15,7 +15,10 @@ namespace {
 
 struct DeviceStreams {
   std::mutex mutex;
-  std::array<std::atomic<runtime::StreamHandle>, kStreamPoolSize + 1> handles{};
+  std::array<runtime::StreamHandle, kStreamPoolSize + 1> handles{};
+  // Set once a handle exists: a runtime may use nullptr as a real stream
+  // (InfiniRT's CPU backend does), so the handle cannot mark creation.
+  std::array<std::atomic<bool>, kStreamPoolSize + 1> created{};
   std::atomic<uint32_t> next{0};
 };
 
@@ -33,15 +36,13 @@ std::vector<std::unique_ptr<DeviceStreams>>& tables() {
 
 runtime::StreamHandle handleFor(int device, c10::StreamId id) {
   DeviceStreams& t = *tables()[device];
-  runtime::StreamHandle h = t.handles[id].load(std::memory_order_acquire);
-  if (h != nullptr) return h;
+  if (t.created[id].load(std::memory_order_acquire)) return t.handles[id];
   std::lock_guard<std::mutex> lock(t.mutex);
-  h = t.handles[id].load(std::memory_order_relaxed);
-  if (h == nullptr) {
-    h = runtime::get().createStream(device);
-    t.handles[id].store(h, std::memory_order_release);
+  if (!t.created[id].load(std::memory_order_relaxed)) {
+    t.handles[id] = runtime::get().createStream(device);
+    t.created[id].store(true, std::memory_order_release);
   }
-  return h;
+  return t.handles[id];
 }
 
 thread_local int tls_device = 0;

@@ -65,11 +65,6 @@ UNINITIALIZED_RESULTS = {"empty", "empty_strided", "empty_like", "new_empty", "n
 # broken rather than that CPU rejects the sample.
 _HARNESS_ERRORS = (AttributeError, ImportError, NameError)
 
-# Known failures of the reference itself, with the product issue behind them.
-# strict: when the issue is fixed the test XPASSes and fails, so this list
-# shrinks.
-KNOWN_FAILURES: dict[str, str] = {}
-
 _OP_DB = load_op_db()
 _COVERAGE = operator_coverage(_OP_DB)
 _CASES = conformance_cases(_COVERAGE, _OP_DB)
@@ -78,14 +73,7 @@ _BACKEND = torch_infini.backend()
 
 
 def _params(cases: list[OpCase]) -> list[Any]:
-    params = []
-    for case in cases:
-        marks = []
-        reason = KNOWN_FAILURES.get(opinfo_id(case.opinfo))
-        if reason is not None:
-            marks.append(pytest.mark.xfail(reason=reason, raises=AttributeError, strict=True))
-        params.append(pytest.param(case, id=case.id, marks=marks))
-    return params
+    return [pytest.param(case, id=case.id) for case in cases]
 
 
 def _tolerance(case: OpCase) -> dict[str, float]:

@@ -3,7 +3,6 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include "torch_infini/ops/kernel_provider.h"
@@ -40,19 +39,20 @@ inline void requireKernel(const char* aten_op, Op op, c10::ScalarType dtype) {
                               "' kernel provider (", opName(op), " kernel)");
 }
 
-// A new tensor with t's sizes, strides, dtype and device, allocated straight
-// from the infini allocator (no dispatcher round trip).
-inline at::Tensor emptyLike(const at::Tensor& t) {
-  const int device = t.device().index();
-  if (device == currentDevice()) {
-    return at::detail::empty_strided_generic(t.sizes(), t.strides(), deviceAllocator(),
-                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                             t.scalar_type());
-  }
-  c10::DeviceGuard guard(t.device());
-  return at::detail::empty_strided_generic(t.sizes(), t.strides(), deviceAllocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           t.scalar_type());
+// A new tensor with t's sizes, strides, dtype and device, allocated on t's
+// device straight from the infini allocator (no dispatcher round trip, no
+// device switch).
+// `stream` is the (current) stream of t's device the memory is ordered on.
+inline at::Tensor emptyLike(const at::Tensor& t, c10::StreamId stream) {
+  const size_t nbytes =
+      at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.dtype().itemsize());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       allocateOnValidDevice(t.device().index(), nbytes, stream), deviceAllocator(),
+                       /*resizable=*/true);
+  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides());
+  return out;
 }
 
 // PyTorch's own wording for tensors on different devices.

@@ -116,12 +116,16 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
     if (out.defined() && out.storage().is_alias_of(other.storage()) && !out.is_same(other)) {
       at::assert_no_partial_overlap(out, other);
     }
-    at::Tensor result = out.defined() ? out : emptyLike(self);
+    // One lookup of the current stream serves the allocation and the launch.
+    const int device = self.device().index();
+    const c10::StreamId stream_id = currentStreamIdUnchecked(device);
+    at::Tensor result = out.defined() ? out : emptyLike(self, stream_id);
     if (result.numel() == 0) return result;
+    const runtime::StreamHandle stream = nativeStreamUnchecked(device, stream_id);
     if (op == Op::Add) {
-      kernels().add(toRef(result), toRef(self), toRef(other), alpha.toDouble(), streamOf(result));
+      kernels().add(toRef(result), toRef(self), toRef(other), alpha.toDouble(), stream);
     } else {
-      kernels().mul(toRef(result), toRef(self), toRef(other), streamOf(result));
+      kernels().mul(toRef(result), toRef(self), toRef(other), stream);
     }
     return result;
   }

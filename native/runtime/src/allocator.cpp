@@ -32,6 +32,10 @@ c10::DataPtr allocateOnDevice(int device, size_t bytes) {
   return cachingDeviceAllocator().allocateOn(device, bytes);
 }
 
+c10::DataPtr allocateOnValidDevice(int device, size_t bytes, c10::StreamId stream) {
+  return cachingDeviceAllocator().allocateValid(device, bytes, stream);
+}
+
 void emptyDeviceCache() { cachingDeviceAllocator().emptyCacheAll(); }
 
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {

@@ -101,18 +101,20 @@ struct DeviceCache {
 class Allocator final : public CachingDeviceAllocator {
  public:
   // The current device is valid by construction (setCurrentDevice checks).
-  c10::DataPtr allocate(size_t bytes) override { return allocateValid(currentDevice(), bytes); }
+  c10::DataPtr allocate(size_t bytes) override {
+    const int device = currentDevice();
+    return allocateValid(device, bytes, currentStreamIdUnchecked(device));
+  }
 
   c10::DataPtr allocateOn(int device, size_t bytes) override {
     checkDeviceIndex(device);
-    return allocateValid(device, bytes);
+    return allocateValid(device, bytes, currentStreamIdUnchecked(device));
   }
 
-  c10::DataPtr allocateValid(int device, size_t bytes) {
+  c10::DataPtr allocateValid(int device, size_t bytes, c10::StreamId stream) override {
     const c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
     // Like CUDA's allocator: an empty tensor owns no memory and no statistics.
     if (bytes == 0) return c10::DataPtr(nullptr, where);
-    const c10::StreamId stream = currentStreamIdUnchecked(device);
     DeviceCache& cache = cacheFor(device);
     Block* block = nullptr;
     {

@@ -17,6 +17,8 @@ class CachingDeviceAllocator : public c10::DeviceAllocator {
  public:
   // Allocates on `device` on its current stream.
   virtual c10::DataPtr allocateOn(int device, size_t bytes) = 0;
+  // allocateOn without validating `device`, for the stream `stream` of it.
+  virtual c10::DataPtr allocateValid(int device, size_t bytes, c10::StreamId stream) = 0;
   // The device whose memory holds `ptr` (interior pointers too).
   virtual bool deviceOf(const void* ptr, int* device) const = 0;
   // Releases cached blocks of every device back to the runtime.

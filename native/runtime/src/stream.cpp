@@ -123,6 +123,10 @@ runtime::StreamHandle currentNativeStreamUnchecked(int device) {
   return handleFor(device, currentStreamIdUnchecked(device));
 }
 
+runtime::StreamHandle nativeStreamUnchecked(int device, c10::StreamId id) {
+  return handleFor(device, id);
+}
+
 void synchronizeDevice(int device) { runtime::get().synchronizeDevice(resolveDevice(device)); }
 
 }  // namespace torch_infini

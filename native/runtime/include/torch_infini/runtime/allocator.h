@@ -14,6 +14,9 @@ c10::DeviceAllocator* deviceAllocator();
 // Allocates on `device` (not the current device); throws
 // torch.OutOfMemoryError with requested/allocated/reserved/free on failure.
 c10::DataPtr allocateOnDevice(int device, size_t bytes);
+// The same for a device index known to be valid (that of an existing tensor)
+// and a stream of it the memory is ordered on.
+c10::DataPtr allocateOnValidDevice(int device, size_t bytes, c10::StreamId stream);
 // The device whose memory holds `ptr`; false when `ptr` is not ours.
 bool deviceOfPointer(const void* ptr, int* device);
 

@@ -35,6 +35,7 @@ runtime::StreamHandle nativeStream(const c10::Stream& stream);
 // device of an existing infini tensor): no validation, no runtime lookup.
 c10::StreamId currentStreamIdUnchecked(int device) noexcept;
 runtime::StreamHandle currentNativeStreamUnchecked(int device);
+runtime::StreamHandle nativeStreamUnchecked(int device, c10::StreamId id);
 
 // Synchronizes every stream the backend created on `device`.
 void synchronizeDevice(int device = -1);

@@ -16,6 +16,9 @@ inline bool isInfini(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
+// Elements fill one gap-free span of memory exactly once.
+inline bool isDense(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
+
 inline TensorRef toRef(const at::Tensor& t) {
   TensorRef ref;
   ref.data = t.data_ptr();

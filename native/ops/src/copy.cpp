@@ -31,8 +31,6 @@ bool sameLayout(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-bool isDense(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
-
 bool hasViewBits(const at::Tensor& t) { return t.is_conj() || t.is_neg(); }
 
 bool asyncCapable() { return runtime::get().capabilities().async_memcpy; }
@@ -223,9 +221,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       return dst;
     }
     at::Tensor source = expanded;
-    if (at::get_overlap_status(dst, expanded) != at::MemOverlapStatus::No) {
-      if (at::get_overlap_status(dst, expanded) == at::MemOverlapStatus::Full &&
-          dst.scalar_type() == src.scalar_type() && dst.strides() == expanded.strides())
+    const at::MemOverlapStatus overlap = at::get_overlap_status(dst, expanded);
+    if (overlap != at::MemOverlapStatus::No) {
+      if (overlap == at::MemOverlapStatus::Full && dst.scalar_type() == src.scalar_type() &&
+          dst.strides() == expanded.strides())
         return dst;
       source = at::empty(expanded.sizes(), expanded.options());  // break the overlap
       deviceToDevice(source, expanded);

@@ -259,8 +259,6 @@ at::Tensor& silu_out(const at::Tensor& self, at::Tensor& out) {
 
 // ------------------------------------------------------------ fill, zero
 
-bool isDenseSpan(const at::Tensor& t) { return t.is_non_overlapping_and_dense(); }
-
 // Stride-0 dimensions collapsed to size 1: the same memory, written once.
 at::Tensor withoutBroadcastDims(const at::Tensor& t) {
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
@@ -288,7 +286,7 @@ at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
   // No fill kernel: the pattern is uploaded once, in the target's own layout
   // when it is dense; copy_ scatters it into a strided view on the device.
   at::Tensor pattern =
-      isDenseSpan(target)
+      isDense(target)
           ? at::empty_strided(target.sizes(), target.strides(), target.options().device(at::kCPU))
           : at::empty(target.sizes(), target.options().device(at::kCPU));
   pattern.fill_(value);
@@ -310,7 +308,7 @@ at::Tensor& fill_Tensor(at::Tensor& self, const at::Tensor& value) {
 at::Tensor& zero_(at::Tensor& self) {
   checkInfiniTensor("zero_", "self", self);
   if (self.numel() == 0) return self;
-  if (isDenseSpan(self)) {
+  if (isDense(self)) {
     // Zero bytes are zero in every dtype: the runtime's memset does it.
     runtime::get().memsetAsync(self.data_ptr(), 0, self.numel() * self.element_size(),
                                streamOf(self));

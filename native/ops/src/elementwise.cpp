@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "bridge.h"
+#include "dims.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -69,8 +70,8 @@ void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtyp
 // Both infini, same device and dtype, same sizes and strides, dense.
 bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
   return isInfini(a) && isInfini(b) && a.device() == b.device() &&
-         a.scalar_type() == b.scalar_type() && a.sizes().equals(b.sizes()) &&
-         a.strides().equals(b.strides()) && a.is_non_overlapping_and_dense();
+         a.scalar_type() == b.scalar_type() && sameDims(a.sizes(), b.sizes()) &&
+         sameDims(a.strides(), b.strides()) && a.is_non_overlapping_and_dense();
 }
 
 bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }

@@ -2,11 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/mul_native.h>
 
 #include <array>
 #include <utility>
+
+#include "dims.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -22,8 +25,8 @@ class Aliases {
   const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
     Slot& s = slots_[slot];
     const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
-    if (s.tensor.defined() && s.tensor.dtype() == meta && s.tensor.sizes().equals(ref.sizes) &&
-        s.tensor.strides().equals(ref.strides)) {
+    if (s.tensor.defined() && s.tensor.dtype() == meta && sameDims(s.tensor.sizes(), ref.sizes) &&
+        sameDims(s.tensor.strides(), ref.strides)) {
       // Same geometry as last time (the common case in a loop): repoint only.
       s.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
           c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
@@ -55,6 +58,28 @@ class Aliases {
 };
 
 thread_local Aliases aliases;
+
+// A binary CPU structured kernel run over same-dtype views of the output's
+// shape. Its impl() is what at::cpu::*_out runs after the structured meta
+// step; the meta step's checks (overlap, resizing, type promotion) are the
+// bridge's and ran before the call, so only the iteration is built here.
+template <typename Structured>
+class OnViews final : public Structured {
+ public:
+  OnViews(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) : out_(out) {
+    at::TensorIteratorConfig config;
+    config.set_check_mem_overlap(false)
+        .resize_outputs(false)
+        .add_output(out)
+        .add_const_input(a)
+        .add_const_input(b);
+    this->build(config);
+  }
+  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
+
+ private:
+  const at::Tensor& out_;
+};
 
 // Output, first and second operand, weight.
 const at::Tensor& out0(const TensorRef& ref) { return aliases(ref, 0); }
@@ -102,84 +127,121 @@ class HostKernels final : public KernelProvider {
   bool supportsPeer() const override { return true; }
 
   void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
-    submit(stream, [dst, src] {
-      at::Tensor d = out0(dst);
-      d.copy_(in1(src));
-    });
+    submit(
+        stream,
+        [](const TensorRef& d, const TensorRef& s) {
+          at::Tensor o = out0(d);
+          o.copy_(in1(s));
+        },
+        dst, src);
   }
 
   void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) override {
-    submit(stream, [dst, value] {
-      at::Tensor d = out0(dst);
-      d.fill_(value);
-    });
+    submit(
+        stream,
+        [value](const TensorRef& d) {
+          at::Tensor o = out0(d);
+          o.fill_(value);
+        },
+        dst);
   }
 
   void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
            runtime::StreamHandle stream) override {
-    submit(stream, [out, a, b, alpha] {
-      Aliases& al = aliases;  // one thread-local lookup for all three
-      const at::Tensor& o = al(out, 0);
-      if (out.dtype == c10::ScalarType::Half || out.dtype == c10::ScalarType::BFloat16) {
-        // Like InfiniOps: reduced precision computes in float with alpha
-        // unrounded (alpha may exceed the dtype's range, e.g. x * 1e5).
-        o.copy_(al(a, 1).to(at::kFloat).add(al(b, 2).to(at::kFloat), alpha));
-        return;
-      }
-      at::Tensor result = o;
-      at::cpu::add_out(result, al(a, 1), al(b, 2), scalarFor(out.dtype, alpha));
-    });
+    submit(
+        stream,
+        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          Aliases& al = aliases;  // one thread-local lookup for all three
+          const at::Tensor& o = al(o_ref, 0);
+          if (o_ref.dtype == c10::ScalarType::Half || o_ref.dtype == c10::ScalarType::BFloat16) {
+            // Like InfiniOps: reduced precision computes in float with alpha
+            // unrounded (alpha may exceed the dtype's range, e.g. x * 1e5).
+            o.copy_(al(a_ref, 1).to(at::kFloat).add(al(b_ref, 2).to(at::kFloat), alpha));
+            return;
+          }
+          const at::Tensor& a = al(a_ref, 1);
+          const at::Tensor& b = al(b_ref, 2);
+          OnViews<at::native::structured_ufunc_add_CPU> kernel(o, a, b);
+          kernel.impl(a, b, scalarFor(o_ref.dtype, alpha), o);
+        },
+        out, a, b);
   }
 
   void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
            runtime::StreamHandle stream) override {
-    submit(stream, [out, a, b] {
-      Aliases& al = aliases;
-      at::Tensor o = al(out, 0);
-      at::cpu::mul_out(o, al(a, 1), al(b, 2));
-    });
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          Aliases& al = aliases;
+          const at::Tensor& o = al(o_ref, 0);
+          const at::Tensor& a = al(a_ref, 1);
+          const at::Tensor& b = al(b_ref, 2);
+          OnViews<at::native::structured_mul_out> kernel(o, a, b);
+          kernel.impl(a, b, o);
+        },
+        out, a, b);
   }
 
   void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
             runtime::StreamHandle stream) override {
-    submit(stream, [out, a, b, alpha] {
-      at::Tensor o = out0(out);
-      // beta = 0: the output's previous contents are ignored, as in Gemm.
-      if (out.dim() == 3) {
-        at::baddbmm_out(o, o, in1(a), in2(b), /*beta=*/0, alpha);
-      } else {
-        at::addmm_out(o, o, in1(a), in2(b), /*beta=*/0, alpha);
-      }
-    });
+    submit(
+        stream,
+        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          at::Tensor o = out0(o_ref);
+          // beta = 0: the output's previous contents are ignored, as in Gemm.
+          if (o_ref.dim() == 3) {
+            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+          } else {
+            at::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+          }
+        },
+        out, a, b);
   }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    submit(stream, [out, x] {
-      at::Tensor o = out0(out);
-      at::clamp_min_out(o, in1(x), 0);
-    });
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          at::Tensor o = out0(o_ref);
+          at::clamp_min_out(o, in1(x_ref), 0);
+        },
+        out, x);
   }
 
   void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    submit(stream, [out, x] {
-      at::Tensor o = out0(out);
-      at::silu_out(o, in1(x));
-    });
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          at::Tensor o = out0(o_ref);
+          at::silu_out(o, in1(x_ref));
+        },
+        out, x);
   }
 
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
-    submit(stream, [out, x, weight, eps] {
-      const int64_t n = x.sizes.back();
-      at::Tensor o = out0(out);
-      o.copy_(at::rms_norm(in1(x), {n}, in3(weight), eps));
-    });
+    submit(
+        stream,
+        [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
+          const int64_t n = x_ref.sizes.back();
+          at::Tensor o = out0(o_ref);
+          o.copy_(at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
+        },
+        out, x, weight);
   }
 
  private:
-  template <typename F>
-  static void submit(runtime::StreamHandle stream, F&& work) {
-    runtime::HostRuntime::stream(stream).submit(std::forward<F>(work));
+  // Runs work(refs...) in stream order. Inline streams call it right away
+  // with the caller's views; only asynchronous streams copy them into the
+  // queued task.
+  template <typename F, typename... Refs>
+  static void submit(runtime::StreamHandle stream, F work, const Refs&... refs) {
+    runtime::HostStream& s = runtime::HostRuntime::stream(stream);
+    if (!s.async()) {
+      work(refs...);
+      return;
+    }
+    s.submit([work, refs...] { work(refs...); });
   }
 
   // alpha as the output dtype's kind of scalar (integral outputs need one).

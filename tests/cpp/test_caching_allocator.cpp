@@ -3,6 +3,11 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
 #include "check.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/stream.h"
@@ -84,6 +89,67 @@ void recordStreamOnAnotherDeviceIsRejected() {
   CHECK(throws<c10::Error>([&] { alloc->recordStream(p, torch_infini::defaultStream(1)); }));
 }
 
+// Random allocate/free sequences over both pools (blocks split, shrink,
+// grow back and merge in every order): live blocks never overlap, the
+// statistics match what is live at every step, and once everything is
+// freed every segment is whole again (no inactive split blocks).
+void randomSequencesKeepBlocksDisjointAndStatisticsExact() {
+  auto* alloc = torch_infini::deviceAllocator();
+  alloc->emptyCache({0, 0});
+  const auto base = stats();
+  std::mt19937 rng(1234);
+  struct Live {
+    c10::DataPtr ptr;
+    size_t requested;
+    size_t rounded;
+  };
+  std::vector<Live> live;
+  auto rounded = [](size_t n) { return std::max<size_t>(512, (n + 511) / 512 * 512); };
+  for (int step = 0; step < 4000; ++step) {
+    const bool allocate = live.empty() || (live.size() < 48 && rng() % 100 < 55);
+    if (allocate) {
+      // Mostly small requests, some medium and large ones.
+      const uint32_t pick = rng() % 100;
+      const size_t bytes = pick < 70   ? 1 + rng() % (1 << 20)
+                           : pick < 95 ? (1 << 20) + rng() % (9 << 20)
+                                       : (10 << 20) + rng() % (6 << 20);
+      live.push_back({alloc->allocate(bytes), bytes, rounded(bytes)});
+    } else {
+      live.erase(live.begin() + static_cast<long>(rng() % live.size()));
+    }
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    size_t requested = 0;
+    size_t allocated = 0;
+    size_t large = 0;
+    for (const Live& l : live) {
+      large += l.rounded > (1 << 20);
+      const auto start = reinterpret_cast<uintptr_t>(l.ptr.get());
+      ranges.emplace_back(start, start + l.rounded);
+      requested += l.requested;
+      allocated += l.rounded;
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i - 1].second <= ranges[i].first);
+    const auto s = stats();
+    CHECK(s.allocation[kAgg].current == static_cast<int64_t>(live.size()));
+    // A large block keeps a remainder too small to split off (< 1 MiB).
+    CHECK(s.allocated_bytes[kAgg].current >= static_cast<int64_t>(allocated));
+    CHECK(s.allocated_bytes[kAgg].current <= static_cast<int64_t>(allocated + large * (1 << 20)));
+    CHECK(s.requested_bytes[kAgg].current == static_cast<int64_t>(requested));
+    CHECK(s.inactive_split_bytes[kAgg].current <=
+          s.reserved_bytes[kAgg].current - s.active_bytes[kAgg].current);
+  }
+  live.clear();
+  const auto s = stats();
+  CHECK(s.allocation[kAgg].current == base.allocation[kAgg].current);
+  CHECK(s.active[kAgg].current == base.active[kAgg].current);
+  CHECK(s.inactive_split[kAgg].current == 0);
+  CHECK(s.inactive_split_bytes[kAgg].current == 0);
+  CHECK(s.num_device_alloc > base.num_device_alloc);
+  alloc->emptyCache({0, 0});
+  CHECK(stats().reserved_bytes[kAgg].current == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -95,5 +161,7 @@ int main() {
       {"record_stream defers reuse until the stream is done",
        recordStreamDefersReuseUntilTheStreamIsDone},
       {"record_stream on another device is rejected", recordStreamOnAnotherDeviceIsRejected},
+      {"random sequences keep blocks disjoint and statistics exact",
+       randomSequencesKeepBlocksDisjointAndStatisticsExact},
   });
 }

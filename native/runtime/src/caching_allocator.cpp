@@ -74,12 +74,26 @@ struct Block {
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
 
+// Pools order free blocks by stream, then size (best fit), then address.
+struct Key {
+  c10::StreamId stream;
+  size_t size;
+  const char* ptr;
+};
+
+Key keyOf(const Block* b) { return {b->stream, b->size, b->ptr}; }
+
+inline bool operator<(const Key& a, const Key& b) {
+  if (a.stream != b.stream) return a.stream < b.stream;
+  if (a.size != b.size) return a.size < b.size;
+  return a.ptr < b.ptr;
+}
+
 struct BlockOrder {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
-  }
+  using is_transparent = void;  // lookups by Key, without a Block
+  bool operator()(const Block* a, const Block* b) const { return keyOf(a) < keyOf(b); }
+  bool operator()(const Block* a, const Key& b) const { return keyOf(a) < b; }
+  bool operator()(const Key& a, const Block* b) const { return a < keyOf(b); }
 };
 
 using Pool = std::set<Block*, BlockOrder>;
@@ -268,31 +282,51 @@ class Allocator final : public CachingDeviceAllocator {
 
   static void recycle(DeviceCache& cache, Block* block) { cache.spare_blocks.push_back(block); }
 
+  static size_t splitThreshold(bool small) { return small ? kMinBlockSize : kSmallSize + 1; }
+
   Block* mallocLocked(DeviceCache& cache, int device, c10::StreamId stream, size_t bytes) {
     const size_t size = roundSize(bytes);
     const bool small = size <= kSmallSize;
     Pool& pool = poolFor(cache, small);
 
-    Block key(device, stream, size, nullptr, small);
-    auto it = pool.lower_bound(&key);
     Block* block = nullptr;
+    auto it = pool.lower_bound(Key{stream, size, nullptr});
     if (it != pool.end() && (*it)->stream == stream) {
-      block = *it;
-      removeFree(cache, block);
+      Block* found = *it;
+      const size_t remaining = found->size - size;
+      if (remaining >= splitThreshold(small)) {
+        // The allocation takes the front of the free block; the free rest
+        // is the same block, shrunk (usually in its pool place).
+        block = newBlock(cache, Block(device, stream, size, found->ptr, small));
+        const bool was_split = found->isSplit();
+        block->prev = found->prev;
+        block->next = found;
+        if (block->prev) block->prev->next = block;
+        found->prev = block;
+        reshapeFree(pool, it, found->ptr + size, remaining);
+        // Like CUDA: a split block shrinks by `size`; an unsplit one
+        // becomes a new inactive split block of `remaining` bytes.
+        if (was_split) {
+          update(cache.stats.inactive_split_bytes, small, -static_cast<int64_t>(size));
+        } else {
+          update(cache.stats.inactive_split, small, 1);
+          update(cache.stats.inactive_split_bytes, small, static_cast<int64_t>(remaining));
+        }
+      } else {
+        block = found;
+        removeFree(cache, block);
+      }
     } else {
       block = newSegment(cache, device, stream, size, bytes);
-    }
-
-    // Split off what is not needed when the remainder is worth keeping.
-    const size_t remaining = block->size - size;
-    if (remaining >= (small ? kMinBlockSize : kSmallSize + 1)) {
-      Block* rest = newBlock(cache, Block(device, stream, remaining, block->ptr + size, small));
-      rest->prev = block;
-      rest->next = block->next;
-      if (rest->next) rest->next->prev = rest;
-      block->next = rest;
-      block->size = size;
-      insertFree(cache, rest);
+      // Split off what is not needed when the remainder is worth keeping.
+      const size_t remaining = block->size - size;
+      if (remaining >= splitThreshold(small)) {
+        Block* rest = newBlock(cache, Block(device, stream, remaining, block->ptr + size, small));
+        rest->prev = block;
+        block->next = rest;
+        block->size = size;
+        insertFree(cache, rest);
+      }
     }
 
     block->allocated = true;
@@ -304,6 +338,25 @@ class Allocator final : public CachingDeviceAllocator {
     update(s.active_bytes, small, static_cast<int64_t>(block->size));
     update(s.requested_bytes, small, static_cast<int64_t>(bytes));
     return block;
+  }
+
+  // Gives the free block at `it` the extent [ptr, ptr + size). When its new
+  // key still sorts between its pool neighbours (a block shrinking or
+  // growing at one end usually does), it keeps its node: no rebalancing.
+  static void reshapeFree(Pool& pool, Pool::iterator it, char* ptr, size_t size) {
+    Block* block = *it;
+    const Key key{block->stream, size, ptr};
+    const bool after_prev = it == pool.begin() || keyOf(*std::prev(it)) < key;
+    const bool before_next = std::next(it) == pool.end() || key < keyOf(*std::next(it));
+    if (after_prev && before_next) {
+      block->ptr = ptr;  // the pool's order is unchanged
+      block->size = size;
+      return;
+    }
+    Pool::node_type node = pool.extract(it);
+    block->ptr = ptr;
+    block->size = size;
+    pool.insert(std::move(node));
   }
 
   Block* newSegment(DeviceCache& cache, int device, c10::StreamId stream, size_t size,
@@ -367,6 +420,12 @@ class Allocator final : public CachingDeviceAllocator {
   void release(DeviceCache& cache, Block* block) {
     update(cache.stats.active, block->small, -1);
     update(cache.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    Block* free_prev = block->prev != nullptr && block->prev->in_pool ? block->prev : nullptr;
+    Block* free_next = block->next != nullptr && block->next->in_pool ? block->next : nullptr;
+    if ((free_prev == nullptr) != (free_next == nullptr)) {
+      absorbIntoNeighbour(cache, block, free_prev != nullptr ? free_prev : free_next);
+      return;
+    }
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || !neighbour->in_pool) continue;
       removeFree(cache, neighbour);
@@ -382,6 +441,29 @@ class Allocator final : public CachingDeviceAllocator {
       recycle(cache, neighbour);
     }
     insertFree(cache, block);
+  }
+
+  // The usual free: one neighbour is free and grows over the block, which
+  // leaves the segment (CUDA's net accounting of inactive split blocks).
+  static void absorbIntoNeighbour(DeviceCache& cache, Block* block, Block* neighbour) {
+    char* ptr = neighbour == block->prev ? neighbour->ptr : block->ptr;
+    if (neighbour == block->prev) {
+      neighbour->next = block->next;
+      if (block->next) block->next->prev = neighbour;
+    } else {
+      neighbour->prev = block->prev;
+      if (block->prev) block->prev->next = neighbour;
+    }
+    const size_t old_size = neighbour->size;
+    Pool& pool = poolFor(cache, neighbour->small);
+    reshapeFree(pool, pool.find(neighbour), ptr, old_size + block->size);
+    if (neighbour->isSplit()) {
+      update(cache.stats.inactive_split_bytes, block->small, static_cast<int64_t>(block->size));
+    } else {  // the whole segment is free again
+      update(cache.stats.inactive_split, block->small, -1);
+      update(cache.stats.inactive_split_bytes, block->small, -static_cast<int64_t>(old_size));
+    }
+    recycle(cache, block);
   }
 
   void processEvents(DeviceCache& cache) {

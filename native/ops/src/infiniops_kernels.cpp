@@ -232,8 +232,13 @@ class InfiniOpsKernels final : public KernelProvider {
   }
 
   infini::ops::Tensor view(const TensorRef& ref) const {
-    std::vector<std::size_t> shape(ref.sizes.begin(), ref.sizes.end());
-    std::vector<std::ptrdiff_t> strides(ref.strides.begin(), ref.strides.end());
+    // The view copies shape and strides into vectors of its own; these
+    // per-thread staging vectors keep their capacity, so building them
+    // allocates nothing after the first call.
+    thread_local std::vector<std::size_t> shape;
+    thread_local std::vector<std::ptrdiff_t> strides;
+    shape.assign(ref.sizes.begin(), ref.sizes.end());
+    strides.assign(ref.strides.begin(), ref.strides.end());
     // A size-1 dimension's stride never matters to PyTorch but InfiniOps'
     // contiguity test reads it: normalize so dense views take the fast path.
     std::ptrdiff_t expected = 1;

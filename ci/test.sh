@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: build from scratch, run ctest, install the wheel, run the
 # reports (build/reports/), then run the Python and conformance suites on
-# the host device inline, and again with async streams and two devices.
+# the host device inline, and again with async streams and two devices, and
+# finally the benchmarks (build/reports/benchmarks.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -36,3 +37,9 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
 echo "== pytest: host device, async streams, 2 devices"
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
   "$PYTHON" -m pytest -q -n "${JOBS}" tests/python tests/conformance
+
+# Ratios are reported, never asserted (a shared CI machine is noisy); a
+# result that differs from the CPU fails the run.
+echo "== benchmarks: host device, single thread (${REPORTS_DIR}/benchmarks.json)"
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
+  "$PYTHON" benchmarks/run.py --json "${REPORTS_DIR}/benchmarks.json"

@@ -1,0 +1,56 @@
+"""The benchmark harness runs end to end: every case, every result checked
+against the CPU, JSON a tool can read. Speed itself is never asserted here
+(benchmarks report it); only that the harness works and reports coherently."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
+
+CASES = {
+    "overhead: add 1 element": ("time", "<= 1.5"),
+    "add 1e3": ("time", "<= 1.1"),
+    "add 1e6": ("time", "<= 1.1"),
+    "mm 256": ("time", "<= 1.1"),
+    "mm 1024": ("time", "<= 1.1"),
+    "MLP Linear-ReLU-Linear [4, 64, 512]": ("time", "<= 1.1"),
+    "copy 64 MiB host->device (pageable)": ("bandwidth", ">= 0.9"),
+    "copy 64 MiB device->host (pageable)": ("bandwidth", ">= 0.9"),
+    "copy 64 MiB host->device (pinned, non_blocking)": ("bandwidth", ">= 0.9"),
+    "copy 64 MiB device->host (pinned, non_blocking)": ("bandwidth", ">= 0.9"),
+    "empty 4 MiB": ("time", "<= 1.0"),
+    "empty 4 MiB with 64 live tensors": ("time", "<= 1.0"),
+    "view creation (view + transpose)": ("time", "<= 1.1"),
+}
+
+
+def test_quick_run_checks_every_case_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(RUN), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
+    # A result that differs from the CPU raises inside the harness.
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads(out.read_text())
+    assert payload["threads"] == 1
+    results = {r["name"]: r for r in payload["results"]}
+    assert set(results) == set(CASES)
+    for name, (kind, target) in CASES.items():
+        r = results[name]
+        assert (r["kind"], r["target"]) == (kind, target), name
+        assert all(math.isfinite(x) and x > 0 for x in r["rounds"]), name
+        assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"], name
+        op, bound = target.split()
+        expected = r["ratio"] <= float(bound) if op == "<=" else r["ratio"] >= float(bound)
+        assert r["meets_target"] == expected, name
+        assert name in proc.stdout  # the printed table names every case

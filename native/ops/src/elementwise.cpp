@@ -10,6 +10,8 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 #include "bridge.h"
 #include "dims.h"
 
@@ -61,6 +63,12 @@ at::Tensor elementwiseOutput(const at::Tensor& out, std::initializer_list<at::Te
   return config.build().output();
 }
 
+// `t` viewed with `result`'s shape: itself when the shapes match already
+// (no view to allocate), a broadcast view otherwise.
+at::Tensor broadcastTo(const at::Tensor& t, const at::Tensor& result) {
+  return sameDims(t.sizes(), result.sizes()) ? t : t.expand(result.sizes());
+}
+
 void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtype) {
   requireSameDtype(name, dtype, out.scalar_type(), "out");
 }
@@ -109,13 +117,18 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
     auto [zero, tensor, scalar] = foldedOperands(name, self, other);
     return binaryKernel(name, Op::Add, out, zero, tensor, scalar);
   }
-  if (sameLayoutOperands(self, other) && (!out.defined() || out.is_same(self))) {
-    // Fast path (most model code): same-shape dense operands in one layout,
-    // one dtype, one device. The result takes their geometry, which is what
-    // TensorIterator would compute; no broadcast views are needed.
+  if (sameLayoutOperands(self, other) && (!out.defined() || sameLayoutOperands(out, self))) {
+    // Fast path (most model code): same-shape dense operands and out= in
+    // one layout, one dtype, one device. The result takes their geometry,
+    // which is what TensorIterator would compute; no broadcast views are
+    // needed. out= may be an operand, but never overlap one partially.
     requireKernel(name, op, self.scalar_type());
-    if (out.defined() && out.storage().is_alias_of(other.storage()) && !out.is_same(other)) {
-      at::assert_no_partial_overlap(out, other);
+    if (out.defined()) {
+      for (const at::Tensor* operand : {&self, &other}) {
+        if (!out.is_same(*operand) && out.storage().is_alias_of(operand->storage())) {
+          at::assert_no_partial_overlap(out, *operand);
+        }
+      }
     }
     // One lookup of the current stream serves the allocation and the launch.
     const int device = self.device().index();
@@ -139,8 +152,8 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
   at::Tensor result = elementwiseOutput(out, {a, b});
   if (result.numel() == 0) return result;
   TensorRef out_ref = toRef(result);
-  TensorRef a_ref = toRef(a.expand(result.sizes()));
-  TensorRef b_ref = toRef(b.expand(result.sizes()));
+  TensorRef a_ref = toRef(broadcastTo(a, result));
+  TensorRef b_ref = toRef(broadcastTo(b, result));
   if (op == Op::Add) {
     kernels().add(out_ref, a_ref, b_ref, alpha.toDouble(), streamOf(result));
   } else {
@@ -261,7 +274,10 @@ at::Tensor& silu_out(const at::Tensor& self, at::Tensor& out) {
 // ------------------------------------------------------------ fill, zero
 
 // Stride-0 dimensions collapsed to size 1: the same memory, written once.
+// `t` itself when it has none (a new view is an allocation).
 at::Tensor withoutBroadcastDims(const at::Tensor& t) {
+  const c10::IntArrayRef strides = t.strides();
+  if (std::find(strides.begin(), strides.end(), 0) == strides.end()) return t;
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.stride(d) == 0) sizes[d] = std::min<int64_t>(sizes[d], 1);

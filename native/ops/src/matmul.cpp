@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "bridge.h"
+#include "dims.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -59,7 +60,8 @@ void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b
   if (!direct) result.copy_(target);
 }
 
-std::vector<int64_t> productShape(const at::Tensor& a, const at::Tensor& b) {
+// The result's shape, held inline (no heap allocation per product).
+c10::SmallVector<int64_t, 3> productShape(const at::Tensor& a, const at::Tensor& b) {
   if (a.dim() == 3) return {a.size(0), a.size(1), b.size(2)};
   return {a.size(0), b.size(1)};
 }
@@ -107,13 +109,14 @@ void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const 
   requireSameDtype(name, mat1.scalar_type(), bias.scalar_type(), "self");
   const double beta_value = beta.toDouble();
   if (beta_value != 0.0) requireKernel(name, Op::Add, mat1.scalar_type());
-  std::vector<int64_t> shape = productShape(mat1, mat2);
+  const c10::SmallVector<int64_t, 3> shape = productShape(mat1, mat2);
   TORCH_CHECK(at::is_expandable_to(bias.sizes(), shape), name, ": self of shape ", bias.sizes(),
               " cannot be broadcast to the product shape ", at::IntArrayRef(shape));
   gemmInto(out, mat1, mat2, static_cast<float>(alpha.toDouble()));
   // beta == 0 ignores self entirely (even NaN), as PyTorch does.
   if (beta_value != 0.0 && out.numel() > 0) {
-    kernels().add(toRef(out), toRef(out), toRef(bias.expand(shape)), beta_value, streamOf(out));
+    const at::Tensor broadcast_bias = sameDims(bias.sizes(), shape) ? bias : bias.expand(shape);
+    kernels().add(toRef(out), toRef(out), toRef(broadcast_bias), beta_value, streamOf(out));
   }
 }
 

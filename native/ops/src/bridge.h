@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include "dims.h"
 #include "torch_infini/ops/kernel_provider.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
@@ -27,6 +28,12 @@ inline TensorRef toRef(const at::Tensor& t) {
   ref.sizes.assign(t.sizes().begin(), t.sizes().end());
   ref.strides.assign(t.strides().begin(), t.strides().end());
   return ref;
+}
+
+// `t` broadcast to `sizes`: `t` itself when it has that shape already (a
+// view would be one more allocation), an expanded view otherwise.
+inline at::Tensor expandTo(const at::Tensor& t, c10::IntArrayRef sizes) {
+  return sameDims(t.sizes(), sizes) ? t : t.expand(sizes);
 }
 
 // The current stream of the tensor's device, as a runtime handle.

@@ -14,7 +14,6 @@
 #include <algorithm>
 
 #include "bridge.h"
-#include "dims.h"
 #include "torch_infini/runtime/allocator.h"
 
 namespace torch_infini::ops {
@@ -201,8 +200,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::assert_no_internal_overlap(dst);
   if (dst.numel() == 0) return dst;
   if (dst.is_same(src)) return dst;
-  // A broadcast view only when the shapes differ (a view is an allocation).
-  at::Tensor expanded = sameDims(src.sizes(), dst.sizes()) ? src : src.expand(dst.sizes());
+  at::Tensor expanded = expandTo(src, dst.sizes());
 
   if (isInfini(dst) && isInfini(src)) {
     // Equal conj/neg bits cancel: the stored values copy as they are. Differing

@@ -13,7 +13,6 @@
 #include <algorithm>
 
 #include "bridge.h"
-#include "dims.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -61,12 +60,6 @@ at::Tensor elementwiseOutput(const at::Tensor& out, std::initializer_list<at::Te
   config.set_check_mem_overlap(true).check_all_same_dtype(true).add_output(out);
   for (const at::Tensor& in : inputs) config.add_const_input(in);
   return config.build().output();
-}
-
-// `t` viewed with `result`'s shape: itself when the shapes match already
-// (no view to allocate), a broadcast view otherwise.
-at::Tensor broadcastTo(const at::Tensor& t, const at::Tensor& result) {
-  return sameDims(t.sizes(), result.sizes()) ? t : t.expand(result.sizes());
 }
 
 void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtype) {
@@ -152,8 +145,8 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
   at::Tensor result = elementwiseOutput(out, {a, b});
   if (result.numel() == 0) return result;
   TensorRef out_ref = toRef(result);
-  TensorRef a_ref = toRef(broadcastTo(a, result));
-  TensorRef b_ref = toRef(broadcastTo(b, result));
+  TensorRef a_ref = toRef(expandTo(a, result.sizes()));
+  TensorRef b_ref = toRef(expandTo(b, result.sizes()));
   if (op == Op::Add) {
     kernels().add(out_ref, a_ref, b_ref, alpha.toDouble(), streamOf(result));
   } else {

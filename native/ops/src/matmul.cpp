@@ -8,7 +8,6 @@
 #include <torch/library.h>
 
 #include "bridge.h"
-#include "dims.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -115,8 +114,7 @@ void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const 
   gemmInto(out, mat1, mat2, static_cast<float>(alpha.toDouble()));
   // beta == 0 ignores self entirely (even NaN), as PyTorch does.
   if (beta_value != 0.0 && out.numel() > 0) {
-    const at::Tensor broadcast_bias = sameDims(bias.sizes(), shape) ? bias : bias.expand(shape);
-    kernels().add(toRef(out), toRef(out), toRef(broadcast_bias), beta_value, streamOf(out));
+    kernels().add(toRef(out), toRef(out), toRef(expandTo(bias, shape)), beta_value, streamOf(out));
   }
 }
 

@@ -246,21 +246,23 @@ class Allocator final : public CachingDeviceAllocator {
 
   // Free blocks enter and leave pools only here, so the inactive-split
   // statistics (free pieces of split segments) stay exact.
-  static void insertFree(DeviceCache& cache, Block* block) {
+  static Pool::iterator insertFree(DeviceCache& cache, Block* block) {
     Pool& pool = poolFor(cache, block->small);
+    Pool::iterator position;
     if (cache.spare_nodes.empty()) {
-      pool.insert(block);
+      position = pool.insert(block).first;
     } else {
       Pool::node_type node = std::move(cache.spare_nodes.back());
       cache.spare_nodes.pop_back();
       node.value() = block;
-      pool.insert(std::move(node));
+      position = pool.insert(std::move(node)).position;
     }
     block->in_pool = true;
     if (block->isSplit()) {
       update(cache.stats.inactive_split, block->small, 1);
       update(cache.stats.inactive_split_bytes, block->small, static_cast<int64_t>(block->size));
     }
+    return position;
   }
 
   static void removeFree(DeviceCache& cache, Block* block) {
@@ -289,44 +291,35 @@ class Allocator final : public CachingDeviceAllocator {
     const bool small = size <= kSmallSize;
     Pool& pool = poolFor(cache, small);
 
-    Block* block = nullptr;
     auto it = pool.lower_bound(Key{stream, size, nullptr});
-    if (it != pool.end() && (*it)->stream == stream) {
-      Block* found = *it;
-      const size_t remaining = found->size - size;
-      if (remaining >= splitThreshold(small)) {
-        // The allocation takes the front of the free block; the free rest
-        // is the same block, shrunk (usually in its pool place).
-        block = newBlock(cache, Block(device, stream, size, found->ptr, small));
-        const bool was_split = found->isSplit();
-        block->prev = found->prev;
-        block->next = found;
-        if (block->prev) block->prev->next = block;
-        found->prev = block;
-        reshapeFree(pool, it, found->ptr + size, remaining);
-        // Like CUDA: a split block shrinks by `size`; an unsplit one
-        // becomes a new inactive split block of `remaining` bytes.
-        if (was_split) {
-          update(cache.stats.inactive_split_bytes, small, -static_cast<int64_t>(size));
-        } else {
-          update(cache.stats.inactive_split, small, 1);
-          update(cache.stats.inactive_split_bytes, small, static_cast<int64_t>(remaining));
-        }
+    if (it == pool.end() || (*it)->stream != stream) {
+      // Nothing cached fits: a new segment enters the pool as one free block.
+      it = insertFree(cache, newSegment(cache, device, stream, size, bytes));
+    }
+    Block* block = nullptr;
+    Block* found = *it;
+    const size_t remaining = found->size - size;
+    if (remaining >= splitThreshold(small)) {
+      // The allocation takes the front of the free block; the free rest
+      // is the same block, shrunk (usually in its pool place).
+      block = newBlock(cache, Block(device, stream, size, found->ptr, small));
+      const bool was_split = found->isSplit();
+      block->prev = found->prev;
+      block->next = found;
+      if (block->prev) block->prev->next = block;
+      found->prev = block;
+      reshapeFree(pool, it, found->ptr + size, remaining);
+      // Like CUDA: a split block shrinks by `size`; an unsplit one
+      // becomes a new inactive split block of `remaining` bytes.
+      if (was_split) {
+        update(cache.stats.inactive_split_bytes, small, -static_cast<int64_t>(size));
       } else {
-        block = found;
-        removeFree(cache, block);
+        update(cache.stats.inactive_split, small, 1);
+        update(cache.stats.inactive_split_bytes, small, static_cast<int64_t>(remaining));
       }
     } else {
-      block = newSegment(cache, device, stream, size, bytes);
-      // Split off what is not needed when the remainder is worth keeping.
-      const size_t remaining = block->size - size;
-      if (remaining >= splitThreshold(small)) {
-        Block* rest = newBlock(cache, Block(device, stream, remaining, block->ptr + size, small));
-        rest->prev = block;
-        block->next = rest;
-        block->size = size;
-        insertFree(cache, rest);
-      }
+      block = found;
+      removeFree(cache, block);
     }
 
     block->allocated = true;

@@ -9,17 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import pytest
 import torch
 import torch_infini  # noqa: F401  (registers the infini device)
+from infini_testing import requires_two_devices  # noqa: F401  (re-exported for the op tests)
 
 DEVICE = "infini"
-
-TWO_DEVICES_REASON = "needs 2 infini devices (set TORCH_INFINI_HOST_DEVICES=2)"
-
-requires_two_devices = pytest.mark.skipif(
-    torch.infini.device_count() < 2, reason=TWO_DEVICES_REASON
-)
 
 ViewFn = Callable[[torch.Tensor], torch.Tensor]
 

@@ -46,6 +46,9 @@ void translateErrors(const std::exception_ptr& p, void* /*payload*/) {
     PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
   } catch (const c10::NotImplementedError& e) {
     PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+  } catch (const c10::AcceleratorError& e) {
+    nb::object error = nb::module_::import_("torch").attr("AcceleratorError");
+    PyErr_SetString(error.ptr(), e.what_without_backtrace());
   } catch (const c10::OutOfMemoryError& e) {
     nb::object oom = nb::module_::import_("torch").attr("OutOfMemoryError");
     PyErr_SetString(oom.ptr(), e.what_without_backtrace());
@@ -64,6 +67,7 @@ NB_MODULE(_C, m) {
   m.def("_select_backend", &rt::selectBackend, nb::arg("name"));
   m.def("_requested_backend", &rt::requestedBackend);
   m.def("_is_initialized", &rt::isInitialized);
+  m.def("_is_in_bad_fork", &rt::isInBadFork);
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);
@@ -95,10 +99,14 @@ NB_MODULE(_C, m) {
   });
 
   // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.
-  m.def("_memory_stats", [](int device) {
+  // The allocator checks the index of a statistics call itself (as CUDA's
+  // does); only "current device" (-1) is resolved here.
+  const auto statsDevice = [](int device) {
+    return static_cast<c10::DeviceIndex>(device < 0 ? torch_infini::currentDevice() : device);
+  };
+  m.def("_memory_stats", [statsDevice](int device) {
     using c10::CachingDeviceAllocator::StatType;
-    auto stats = torch_infini::deviceAllocator()->getDeviceStats(
-        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+    auto stats = torch_infini::deviceAllocator()->getDeviceStats(statsDevice(device));
     auto stat = [](const c10::CachingAllocator::Stat& s) {
       nb::dict d;
       d["current"] = s.current;
@@ -134,13 +142,11 @@ NB_MODULE(_C, m) {
     result["oversize_segments"] = stat(stats.oversize_segments);
     return result;
   });
-  m.def("_reset_peak_memory_stats", [](int device) {
-    torch_infini::deviceAllocator()->resetPeakStats(
-        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+  m.def("_reset_peak_memory_stats", [statsDevice](int device) {
+    torch_infini::deviceAllocator()->resetPeakStats(statsDevice(device));
   });
-  m.def("_reset_accumulated_memory_stats", [](int device) {
-    torch_infini::deviceAllocator()->resetAccumulatedStats(
-        static_cast<c10::DeviceIndex>(torch_infini::resolveDevice(device)));
+  m.def("_reset_accumulated_memory_stats", [statsDevice](int device) {
+    torch_infini::deviceAllocator()->resetAccumulatedStats(statsDevice(device));
   });
   m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
 

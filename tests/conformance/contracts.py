@@ -9,7 +9,10 @@ hardware values (no timings, handles, indices or sizes):
 * ``("ok", label, outcome)``: a call that must succeed; outcome is
   ``"returned"`` or the exception's class name;
 * ``("error", label, outcome)``: a call that must fail; outcome is the
-  exception's class name, or ``"returned"`` if it did not fail;
+  exception's class name, or ``"returned"`` if it did not fail. It must be
+  the class PyTorch raises for the same call on CUDA (``EXPECTED_ERRORS``),
+  checked on ``infini`` alone too, and the message must carry the fragment
+  both backends' messages share (recorded as a ``check``);
 * ``("value", label, bool | str)``: a behaviour only compared between
   backends (where torch.infini is known to differ, a dedicated test says so).
 
@@ -72,6 +75,52 @@ def backend_for(name: str, devices: int | None = None) -> Backend:
     return Backend(name, module, devices)
 
 
+# The exception class torch.cuda raises for each "error" contract, and a
+# fragment (case-insensitive) that its message and torch.infini's share.
+# Where the class comes from (PyTorch 2.x sources):
+# * AcceleratorError: a failing CUDA runtime call (C10_CUDA_CHECK), here
+#   cudaSetDevice on an invalid ordinal ("CUDA error: invalid device
+#   ordinal"), reached by set_device, device(), synchronize (which enters
+#   device()), Stream(device=) (likewise), mem_get_info (a CUDAGuard) and
+#   tensor creation (a DeviceGuard);
+# * AssertionError: get_device_name -> get_device_properties checks the
+#   index in Python first ("Invalid device id", torch/cuda/__init__.py);
+# * RuntimeError: memory_stats and its wrappers check the index in the
+#   caching allocator with TORCH_CHECK ("Invalid device argument 7: did you
+#   call init?"), no CUDA call; CUDAEvent::record's device check likewise;
+# * ValueError: _get_device_index for a non-cuda device ("Expected a cuda
+#   device, but got: cpu"); CUDAEvent::elapsed_time's TORCH_CHECK_VALUE
+#   preconditions;
+# * OutOfMemoryError: the caching allocator when cudaMalloc fails.
+EXPECTED_ERRORS: dict[str, tuple[str, str]] = {
+    # device
+    "set_device(device_count())": ("AcceleratorError", "invalid device"),
+    "entering device(device_count())": ("AcceleratorError", "invalid device"),
+    "get_device_name(device_count())": ("AssertionError", "invalid device"),
+    "synchronize(device_count())": ("AcceleratorError", "invalid device"),
+    "a tensor on device device_count()": ("AcceleratorError", "invalid device"),
+    "set_device('cpu')": ("ValueError", "but got: cpu"),
+    # stream
+    "Stream(device=device_count())": ("AcceleratorError", "invalid device"),
+    # event
+    "elapsed_time() of recorded events without enable_timing": ("ValueError", "enable_timing"),
+    "elapsed_time() of never-recorded timing events": ("ValueError", "recorded"),
+    "elapsed_time() to a never-recorded end event": ("ValueError", "recorded"),
+    "elapsed_time() from a never-recorded start": ("ValueError", "recorded"),
+    "elapsed_time() of never-recorded events without enable_timing": (
+        "ValueError",
+        "enable_timing",
+    ),
+    "recording it again on a stream of a different device": ("RuntimeError", "device"),
+    # memory
+    "memory_allocated(device_count())": ("RuntimeError", "invalid device"),
+    "mem_get_info(device_count())": ("AcceleratorError", "invalid device"),
+    "allocating 2**60 bytes": ("OutOfMemoryError", "out of memory"),
+}
+# Observed only where the backend has two devices.
+TWO_DEVICE_ERRORS = frozenset({"recording it again on a stream of a different device"})
+
+
 class _Probe(Exception):
     """Raised inside context managers to check they restore state on errors."""
 
@@ -98,13 +147,21 @@ class Observer:
         self.observations.append(("value", label, value))
 
     def error(self, label: str, call: Callable[[], Any]) -> None:
-        """Records the exception type ``call`` raised, or that it returned."""
+        """Records the exception type ``call`` raised, or that it returned,
+        and whether the message has the fragment ``EXPECTED_ERRORS`` names."""
+        message = ""
         try:
             call()
         except Exception as exc:
-            self.observations.append(("error", label, type(exc).__name__))
-            return
-        self.observations.append(("error", label, RETURNED))
+            outcome = type(exc).__name__
+            message = str(exc)
+        else:
+            outcome = RETURNED
+        self.observations.append(("error", label, outcome))
+        expected = EXPECTED_ERRORS.get(label)
+        if expected is not None:
+            fragment = expected[1]
+            self.check(f"{label}: the message mentions {fragment!r}", fragment in message.lower())
 
 
 def violations(observations: list[Observation]) -> list[str]:
@@ -117,6 +174,10 @@ def violations(observations: list[Observation]) -> list[str]:
             found.append(f"{label}: raised {value}")
         elif kind == "error" and value == RETURNED:
             found.append(f"{label}: did not raise")
+        elif kind == "error" and label not in EXPECTED_ERRORS:
+            found.append(f"{label}: no expected exception declared in EXPECTED_ERRORS")
+        elif kind == "error" and value != EXPECTED_ERRORS[label][0]:
+            found.append(f"{label}: raised {value}; CUDA raises {EXPECTED_ERRORS[label][0]}")
     return found
 
 
@@ -254,6 +315,9 @@ def observe_stream(backend: Backend) -> list[Observation]:
     with m.StreamContext(s):
         o.check("StreamContext(s) selects s", m.current_stream() == s)
     o.check("leaving StreamContext restores", m.current_stream() == default)
+    o.error("Stream(device=device_count())", lambda: m.Stream(device=backend.out_of_range))
+    o.check("a failed Stream() keeps the current device", m.current_device() == start)
+    o.check("a failed Stream() keeps the current stream", m.current_stream() == default)
     try:
         with m.stream(s):
             raise _Probe
@@ -494,6 +558,17 @@ def observe_memory(backend: Backend) -> list[Observation]:
     o.check("mem_get_info() is (free, total), 0 <= free <= total", 0 <= free <= total and total > 0)
     o.error("memory_allocated(device_count())", lambda: m.memory_allocated(backend.out_of_range))
     o.error("mem_get_info(device_count())", lambda: m.mem_get_info(backend.out_of_range))
+    before_oom = m.memory_allocated()
+    o.error(
+        "allocating 2**60 bytes",
+        lambda: torch.empty(1 << 60, dtype=torch.uint8, device=backend.device(start)),
+    )
+    o.check("a failed allocation allocates nothing", m.memory_allocated() == before_oom)
+    after = torch.ones(4, device=backend.device(start))
+    o.check(
+        "the device allocates after an out-of-memory error",
+        torch.equal(after.cpu(), torch.ones(4)),
+    )
     return o.observations
 
 

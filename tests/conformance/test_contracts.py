@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 import torch
 from api_profile import load_profile
-from contracts import CONTRACTS, CUDA_REASON, Backend, backend_for, violations
+from contracts import (
+    CONTRACTS,
+    CUDA_REASON,
+    EXPECTED_ERRORS,
+    RETURNED,
+    TWO_DEVICE_ERRORS,
+    Backend,
+    backend_for,
+    violations,
+)
 
 PROFILE = Path(__file__).with_name("api_profile.json")
 
@@ -49,6 +58,35 @@ def test_contract_matches_cuda(contract: str) -> None:
         f"{contract} contract: infini and cuda observe differently\n"
         f"infini:\n{_describe(infini)}\ncuda:\n{_describe(cuda)}"
     )
+
+
+def test_every_error_contract_declares_the_cuda_exception() -> None:
+    """Every "error" observation has the exception class CUDA raises in
+    EXPECTED_ERRORS (so a contract can never accept any exception type), and
+    the table names no contract that is never observed."""
+    backend = backend_for("infini")
+    observed = {
+        label
+        for contract in CONTRACTS.values()
+        for kind, label, _ in contract(backend)
+        if kind == "error"
+    }
+    assert observed - set(EXPECTED_ERRORS) == set()
+    never = set(EXPECTED_ERRORS) - observed
+    if backend.devices < 2:
+        never -= TWO_DEVICE_ERRORS
+    assert never == set()
+
+
+@pytest.mark.parametrize("label", sorted(EXPECTED_ERRORS))
+def test_violations_refuse_any_other_exception_type(label: str) -> None:
+    """The checker itself: on infini alone, only the CUDA class passes."""
+    expected = EXPECTED_ERRORS[label][0]
+    assert violations([("error", label, expected)]) == []
+    for other in ("IndexError", "RuntimeError", "NotImplementedError", "Exception", RETURNED):
+        if other != expected:
+            assert violations([("error", label, other)]) != [], other
+    assert violations([("error", "an undeclared contract", expected)]) != []
 
 
 def test_contracts_are_declared_in_the_profile() -> None:

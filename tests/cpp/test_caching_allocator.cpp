@@ -4,12 +4,18 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "check.h"
 #include "torch_infini/runtime/allocator.h"
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/host_runtime.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
 
@@ -42,7 +48,9 @@ void freedBlocksAreReusedWithoutNewSegments() {
 
 void emptyCacheReturnsSegments() {
   auto* alloc = torch_infini::deviceAllocator();
-  { c10::DataPtr p = alloc->allocate(3 << 20); }
+  {
+    c10::DataPtr p = alloc->allocate(3 << 20);
+  }
   CHECK(stats().reserved_bytes[kAgg].current > 0);
   alloc->emptyCache({0, 0});
   CHECK(stats().reserved_bytes[kAgg].current == 0);
@@ -80,6 +88,56 @@ void recordStreamDefersReuseUntilTheStreamIsDone() {
   c10::DataPtr again = alloc->allocate(8192);
   CHECK(again.get() == first);
   CHECK(stats().active[kAgg].current >= 1);
+}
+
+constexpr size_t kBusyBlockBytes = 8192;
+
+// With asynchronous host streams (TORCH_INFINI_HOST_ASYNC=1): a block used
+// by queued work on a busy side stream, recorded there and freed, is not
+// handed out again before that work completed. A recordStream that did
+// nothing would give it straight back to the next same-size request of its
+// allocation stream while the side stream is still going to write into it.
+void recordStreamDefersReuseWhileTheStreamIsBusy() {
+  auto& rt = torch_infini::runtime::get();
+  if (rt.name() != "host" || !rt.capabilities().async_memcpy) return;  // inline streams
+  auto* alloc = torch_infini::deviceAllocator();
+  alloc->emptyCache({0, 0});
+  c10::Stream side = torch_infini::streamFromPool(0);
+  auto& side_stream = torch_infini::runtime::HostRuntime::stream(torch_infini::nativeStream(side));
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::atomic<bool> written{false};
+    void* first = nullptr;
+    {
+      c10::DataPtr p = alloc->allocate(kBusyBlockBytes);  // on the current (default) stream
+      first = p.get();
+      side_stream.submit([first, &written] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::memset(first, 0xAB, kBusyBlockBytes);  // the side stream's late write
+        written.store(true);
+      });
+      alloc->recordStream(p, side);
+    }  // freed while the side stream has yet to write
+    c10::DataPtr again = alloc->allocate(kBusyBlockBytes);  // same size and stream
+    const bool done_before = written.load();
+    CHECK(again.get() != first || done_before);
+    std::memset(again.get(), 0x11, kBusyBlockBytes);  // the new owner's data
+    torch_infini::synchronizeDevice(0);
+    CHECK(written.load());
+    const auto* bytes = static_cast<const unsigned char*>(again.get());
+    CHECK(std::all_of(bytes, bytes + kBusyBlockBytes, [](unsigned char b) { return b == 0x11; }));
+  }
+  // Once the side stream's use completed, the block comes back.
+  alloc->emptyCache({0, 0});
+  void* first = nullptr;
+  {
+    c10::DataPtr p = alloc->allocate(kBusyBlockBytes);
+    first = p.get();
+    side_stream.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+    alloc->recordStream(p, side);
+  }
+  torch_infini::synchronizeDevice(0);
+  c10::DataPtr again = alloc->allocate(kBusyBlockBytes);
+  CHECK(again.get() == first);
 }
 
 void recordStreamOnAnotherDeviceIsRejected() {
@@ -160,6 +218,8 @@ int main() {
       {"blocks of another stream are not reused", blocksOfAnotherStreamAreNotReused},
       {"record_stream defers reuse until the stream is done",
        recordStreamDefersReuseUntilTheStreamIsDone},
+      {"record_stream defers reuse while the stream is busy",
+       recordStreamDefersReuseWhileTheStreamIsBusy},
       {"record_stream on another device is rejected", recordStreamOnAnotherDeviceIsRejected},
       {"random sequences keep blocks disjoint and statistics exact",
        randomSequencesKeepBlocksDisjointAndStatisticsExact},

@@ -20,8 +20,12 @@ void devicesAndNames() {
   CHECK(rt.deviceCount() == 3);
   CHECK(rt.name() == "host");
   CHECK(!rt.deviceName(2).empty());
-  CHECK(throws<c10::IndexError>([&] { rt.deviceName(3); }));
-  CHECK(throws<c10::IndexError>([&] { rt.setDevice(-1); }));
+  // An invalid ordinal is torch.AcceleratorError, as CUDA's.
+  CHECK(throws<c10::AcceleratorError>([&] { rt.deviceName(3); }));
+  CHECK(throws<c10::AcceleratorError>([&] { rt.setDevice(-1); }));
+  CHECK(throws<c10::AcceleratorError>([&] { rt.memGetInfo(3); }));
+  CHECK(throws<c10::AcceleratorError>([&] { rt.synchronizeDevice(3); }));
+  CHECK(throws<c10::AcceleratorError>([&] { rt.createStream(3); }));
 }
 
 void memoryIsAlignedAndLimited() {
@@ -147,6 +151,150 @@ void workErrorsSurfaceAtSynchronize() {
   rt.destroyStream(s);
 }
 
+// Work that fails on an async stream never interrupts a release: free,
+// freeHost and destroyStream wait for queued work without raising and give
+// the memory back (an error escaping from their internal synchronize used to
+// leave the bytes counted as used forever). The error is reported exactly
+// once, as a c10::Error, by the next synchronize of its stream; work queued
+// after the failure still runs.
+void workErrorsNeverInterruptReleases() {
+  constexpr size_t kLimit = 1 << 20;
+  HostRuntime rt(1, true, kLimit);
+  StreamHandle s = rt.createStream(0);
+  void* dev = rt.malloc(0, 4096);
+  void* host = rt.mallocHost(4096);
+  CHECK(dev != nullptr && host != nullptr);
+  CHECK(rt.memGetInfo(0).first == kLimit - 4096);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  auto& stream = HostRuntime::stream(s);
+  stream.submit([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    TORCH_CHECK(false, "queued work failed");
+  });
+  stream.submit([&] { ran.fetch_add(1); });  // queued behind the failure
+  release = true;
+
+  bool free_threw = false;
+  try {
+    rt.free(0, dev);  // waits for the queued work, which fails meanwhile
+  } catch (...) {
+    free_threw = true;
+  }
+  CHECK(!free_threw);
+  CHECK(rt.memGetInfo(0).first == kLimit);  // every byte is back
+  void* all = rt.malloc(0, kLimit);         // and usable
+  CHECK(all != nullptr);
+  bool free_host_threw = false;
+  try {
+    rt.freeHost(host);
+  } catch (...) {
+    free_host_threw = true;
+  }
+  CHECK(!free_host_threw);
+
+  // Reported once, by the stream's next synchronize.
+  bool raised = false;
+  try {
+    rt.synchronizeStream(s);
+  } catch (const c10::Error& e) {
+    raised = std::strstr(e.what(), "queued work failed") != nullptr;
+  }
+  CHECK(raised);
+  CHECK(ran.load() == 1);
+  rt.synchronizeStream(s);  // not again
+  stream.submit([&] { ran.fetch_add(1); });
+  rt.synchronizeStream(s);
+  CHECK(ran.load() == 2);  // the stream still runs work
+
+  // Through a device synchronize: once as well.
+  stream.submit([] { TORCH_CHECK(false, "second failure"); });
+  stream.submit([&] { ran.fetch_add(1); });
+  raised = false;
+  try {
+    rt.synchronizeDevice(0);
+  } catch (const c10::Error& e) {
+    raised = std::strstr(e.what(), "second failure") != nullptr;
+  }
+  CHECK(raised);
+  CHECK(ran.load() == 3);
+  rt.synchronizeDevice(0);
+  rt.synchronizeStream(s);
+
+  // Freeing while another error is pending: no raise, and it stays pending.
+  stream.submit([] { TORCH_CHECK(false, "third failure"); });
+  bool free_threw_again = false;
+  try {
+    rt.free(0, all);
+  } catch (...) {
+    free_threw_again = true;
+  }
+  CHECK(!free_threw_again);
+  CHECK(rt.memGetInfo(0).first == kLimit);
+  CHECK(throws<c10::Error>([&] { rt.synchronizeStream(s); }));
+  rt.synchronizeStream(s);
+  rt.destroyStream(s);
+}
+
+// Destroying a stream whose queued work failed is a release too: it waits for
+// the work and does not raise (documented in host_runtime.h: "Releasing
+// memory and destroying streams wait for queued work without raising").
+void destroyingAStreamWithAPendingErrorDoesNotRaise() {
+  HostRuntime rt(1, true, 0);
+  StreamHandle s = rt.createStream(0);
+  std::atomic<bool> ran{false};
+  HostRuntime::stream(s).submit([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    TORCH_CHECK(false, "queued work failed");
+  });
+  HostRuntime::stream(s).submit([&] { ran = true; });
+  bool threw = false;
+  try {
+    rt.destroyStream(s);
+  } catch (...) {
+    threw = true;
+  }
+  CHECK(ran.load());  // waited for the queued work
+  CHECK(!threw);
+  rt.synchronizeDevice(0);  // the destroyed stream's error is not raised elsewhere either
+}
+
+// A wait holds the record that was the event's latest when it was queued,
+// as cudaStreamWaitEvent: recording the event again on another (idle)
+// stream must not release it. query() and synchronize() follow the latest
+// record.
+void reRecordingAnEventKeepsAnEarlierWait() {
+  HostRuntime rt(1, true, 0);
+  StreamHandle a = rt.createStream(0);
+  StreamHandle b = rt.createStream(0);
+  StreamHandle c = rt.createStream(0);
+  EventHandle e = rt.createEvent(0, false);
+  std::atomic<bool> release{false};
+  std::atomic<int> value{0};
+  std::atomic<int> seen{-1};
+  HostRuntime::stream(a).submit([&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    value = 7;
+  });
+  rt.recordEvent(e, a);      // record 1: behind the gate
+  rt.streamWaitEvent(b, e);  // b waits for record 1
+  rt.recordEvent(e, c);      // record 2: c is idle, done at once
+  HostRuntime::stream(b).submit([&] { seen = value.load(); });
+  rt.synchronizeStream(c);
+  rt.synchronizeEvent(e);   // the latest record (2) is done: returns
+  CHECK(rt.queryEvent(e));  // about record 2 only
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK(seen.load() == -1);  // b still waits for record 1
+  CHECK(!rt.queryStream(b));
+  release = true;
+  rt.synchronizeStream(b);
+  CHECK(seen.load() == 7);
+  rt.destroyEvent(e);
+  rt.destroyStream(a);
+  rt.destroyStream(b);
+  rt.destroyStream(c);
+}
+
 }  // namespace
 
 int main() {
@@ -159,5 +307,9 @@ int main() {
       {"elapsed time needs timing and records", elapsedTimeNeedsTimingAndRecords},
       {"event of other device is rejected", eventOfOtherDeviceIsRejected},
       {"work errors surface at synchronize", workErrorsSurfaceAtSynchronize},
+      {"work errors never interrupt releases", workErrorsNeverInterruptReleases},
+      {"destroying a stream with a pending error does not raise",
+       destroyingAStreamWithAPendingErrorDoesNotRaise},
+      {"re-recording an event keeps an earlier wait", reRecordingAnEventKeepsAnEarlierWait},
   });
 }

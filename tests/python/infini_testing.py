@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -77,13 +78,65 @@ def make_convertible(shape: Sequence[int], dtype: torch.dtype, seed: int = 0) ->
     return (halves.to(torch.float64) / 2).to(dtype)
 
 
-def assert_equal_cpu(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """``actual`` (any device) equals the CPU oracle in shape, dtype and values."""
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The stored bit patterns of ``t``'s values (conj/neg bits resolved first)."""
+    t = t.resolve_conj().resolve_neg()
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t)
+    if t.dtype.is_floating_point:
+        t = t.view(_SAME_WIDTH_INT[t.element_size()])
+    return t
+
+
+def assert_bitwise_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """``actual`` (any device) equals the CPU oracle bit for bit.
+
+    Same shape and dtype, and every value has the same bit pattern: -0.0 is
+    not +0.0, NaN equals NaN only with the same payload. ``torch.equal``
+    would accept a lost sign of zero and refuse every NaN.
+    """
     assert expected.device.type == "cpu"
     got = actual.cpu() if actual.device.type != "cpu" else actual
-    assert got.shape == expected.shape
-    assert got.dtype == expected.dtype
-    assert torch.equal(got, expected)
+    assert got.shape == expected.shape, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
+    assert got.dtype == expected.dtype, f"dtype {got.dtype} != {expected.dtype}"
+    got_bits, want_bits = _bits(got), _bits(expected)
+    if not torch.equal(got_bits, want_bits):
+        diff = (got_bits != want_bits).reshape(-1)
+        if got.dtype.is_complex:  # real/imag pairs
+            diff = diff.reshape(-1, 2).any(dim=1)
+        where = diff.nonzero().reshape(-1)[:5].tolist()
+        flat_got = got.resolve_conj().resolve_neg().reshape(-1)
+        flat_want = expected.resolve_conj().resolve_neg().reshape(-1)
+        pairs = ", ".join(f"[{i}] {flat_got[i].item()!r} != {flat_want[i].item()!r}" for i in where)
+        raise AssertionError(
+            f"not bit-for-bit equal: {int(diff.sum())} of {got.numel()} elements differ; "
+            f"first: {pairs}"
+        )
+
+
+def assert_equal_cpu(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """``actual`` (any device) equals the CPU oracle in shape, dtype and bits."""
+    assert_bitwise_equal(actual, expected)
+
+
+@contextmanager
+def raises_exactly(
+    exc_type: type[BaseException], match: str
+) -> Iterator[pytest.ExceptionInfo[BaseException]]:
+    """``pytest.raises(exc_type, match=match)`` that refuses subclasses.
+
+    ``pytest.raises(RuntimeError)`` also passes on NotImplementedError ("no
+    kernel"), torch.AcceleratorError or OutOfMemoryError: it proves nothing
+    about which error was raised.
+    """
+    with pytest.raises(exc_type, match=match) as info:
+        yield info
+    assert type(info.value) is exc_type, (
+        f"raised {type(info.value).__name__}, expected exactly {exc_type.__name__}: {info.value}"
+    )
 
 
 # ---------------------------------------------------------------- subprocesses

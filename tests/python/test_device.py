@@ -76,7 +76,7 @@ def test_current_device_is_per_thread() -> None:
 def test_set_device_rejects_other_device_types() -> None:
     with pytest.raises(ValueError, match="infini"):
         torch.infini.set_device("cpu")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="1.5"):
         torch.infini.set_device(1.5)  # type: ignore[arg-type]
 
 
@@ -176,36 +176,75 @@ def test_device_of_cpu_tensor_is_a_no_op() -> None:
 
 
 # ----------------------------------------------------------- invalid indices
+#
+# As CUDA (issue 10, defect 9): an invalid device ordinal raises
+# torch.AcceleratorError (a RuntimeError, so code written for CUDA catches
+# it), never IndexError.
 
 
-def _assert_invalid_index(exc: pytest.ExceptionInfo[BaseException], index: int) -> None:
-    assert str(index) in str(exc.value)
+def _assert_invalid_index(error: BaseException, index: int) -> None:
+    assert type(error) is torch.AcceleratorError, f"{type(error).__name__}: {error}"
+    assert isinstance(error, RuntimeError)
+    assert "invalid device" in str(error).lower(), str(error)
+    assert str(index) in str(error), str(error)
 
 
-def test_set_device_invalid_index_raises_index_error() -> None:
+def test_set_device_invalid_index_raises_accelerator_error() -> None:
     bad = invalid_device_index()
     before = torch.infini.current_device()
-    with pytest.raises(IndexError) as exc:
+    with pytest.raises(torch.AcceleratorError) as exc:
         torch.infini.set_device(bad)
-    _assert_invalid_index(exc, bad)
+    _assert_invalid_index(exc.value, bad)
     assert torch.infini.current_device() == before
 
 
-def test_invalid_index_in_device_functions_raises_index_error() -> None:
+def _enter_device(index: int) -> None:
+    with torch.infini.device(index):
+        pass
+
+
+_INVALID_INDEX_CALLS = {
+    "set_device(str)": lambda bad: torch.infini.set_device(f"infini:{bad}"),
+    "set_device(torch.device)": lambda bad: torch.infini.set_device(torch.device("infini", bad)),
+    "device(bad).__enter__": lambda bad: torch.infini.device(bad).__enter__(),
+    "with device(bad)": _enter_device,
+    "synchronize": lambda bad: torch.infini.synchronize(bad),
+    "synchronize(str)": lambda bad: torch.infini.synchronize(f"infini:{bad}"),
+    "mem_get_info": lambda bad: torch.infini.mem_get_info(bad),
+    "Stream(device=bad)": lambda bad: torch.infini.Stream(device=bad),
+    # Tensors on a bad index: test_errors.py::test_out_of_range_device_index.
+}
+
+
+@pytest.mark.parametrize("call", sorted(_INVALID_INDEX_CALLS))
+def test_invalid_index_raises_accelerator_error(call: str) -> None:
     bad = invalid_device_index()
-    calls = [
-        lambda: torch.infini.get_device_name(bad),
-        lambda: torch.infini.synchronize(bad),
-        lambda: torch.infini.mem_get_info(bad),
-        lambda: torch.infini.current_stream(bad),
-        lambda: torch.infini.default_stream(bad),
-        lambda: torch.infini.device(bad).__enter__(),
-        lambda: torch.infini.set_device(f"infini:{bad}"),
-    ]
-    for call in calls:
-        with pytest.raises(IndexError) as exc:
-            call()
-        _assert_invalid_index(exc, bad)
+    before = torch.infini.current_device()
+    with pytest.raises(torch.AcceleratorError) as exc:
+        _INVALID_INDEX_CALLS[call](bad)
+    _assert_invalid_index(exc.value, bad)
+    assert torch.infini.current_device() == before
+
+
+def test_get_device_name_invalid_index_raises_as_cuda() -> None:
+    """torch.cuda.get_device_name(bad) goes through get_device_properties,
+    which checks the index in Python and raises AssertionError("Invalid
+    device id") (torch/cuda/__init__.py), before any CUDA call."""
+    bad = invalid_device_index()
+    with pytest.raises(AssertionError, match="(?i)invalid device") as exc:
+        torch.infini.get_device_name(bad)
+    assert type(exc.value) is AssertionError
+
+
+@pytest.mark.parametrize("call", ["current_stream", "default_stream"])
+def test_stream_lookup_invalid_index_raises_runtime_error(call: str) -> None:
+    """torch.cuda.current_stream/default_stream(bad) fail a TORCH_CHECK (a
+    RuntimeError) without calling CUDA: a RuntimeError or AcceleratorError,
+    never IndexError or NotImplementedError."""
+    bad = invalid_device_index()
+    with pytest.raises(RuntimeError, match=str(bad)) as exc:
+        getattr(torch.infini, call)(bad)
+    assert type(exc.value) in (RuntimeError, torch.AcceleratorError), type(exc.value)
     assert 0 <= torch.infini.current_device() < torch.infini.device_count()
 
 
@@ -235,9 +274,9 @@ def test_accelerator_set_device_index() -> None:
 
 def test_accelerator_set_device_index_invalid() -> None:
     bad = invalid_device_index()
-    with pytest.raises(IndexError) as exc:
+    with pytest.raises(torch.AcceleratorError) as exc:
         torch.accelerator.set_device_index(bad)
-    _assert_invalid_index(exc, bad)
+    _assert_invalid_index(exc.value, bad)
 
 
 @requires_two_devices

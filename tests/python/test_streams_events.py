@@ -47,7 +47,7 @@ def test_stream_on_other_device_keeps_current_device() -> None:
 
 
 def test_stream_rejects_unknown_keywords() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="bogus"):
         torch.infini.Stream(bogus=1)
 
 
@@ -279,7 +279,7 @@ def test_elapsed_time_requires_timing_enabled() -> None:
 
 def test_elapsed_time_rejects_non_infini_event() -> None:
     start = torch.infini.Event(enable_timing=True)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="torch.infini.Event"):
         start.elapsed_time(torch.Event(device="infini", enable_timing=True))
 
 
@@ -291,18 +291,19 @@ def test_elapsed_time_across_devices_raises() -> None:
     end.record(torch.infini.Stream(device=1))
     start.synchronize()
     end.synchronize()
-    with pytest.raises(RuntimeError, match="different devices"):
+    with pytest.raises(RuntimeError, match="different devices") as exc:
         start.elapsed_time(end)
+    assert type(exc.value) is RuntimeError
 
 
 @pytest.mark.parametrize("kwargs", [{"blocking": True}, {"interprocess": True}])
 def test_unsupported_event_flags(kwargs: dict[str, bool]) -> None:
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="not supported"):
         torch.infini.Event(**kwargs)
 
 
 def test_ipc_handle_not_supported() -> None:
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="IPC"):
         torch.infini.Event().ipc_handle()
 
 
@@ -436,3 +437,112 @@ def test_async_copy_across_devices_waits_for_source_stream() -> None:
     y.copy_(x)
     assert y.device == torch.device("infini", 1)
     assert torch.equal(y.cpu(), src)
+
+
+# ---------------------------------------------------------------- re-recorded events
+
+
+def _queue_products(times: int = 10, size: int = 512) -> None:
+    """Queues `times` matrix products on the current stream, keeping it busy."""
+    w = torch.full((size, size), 1e-3, device="infini")
+    for _ in range(times):
+        torch.mm(w, w)
+
+
+def _wait_event(stream: torch.infini.Stream, event: torch.infini.Event) -> None:
+    stream.wait_event(event)
+
+
+def _event_wait(stream: torch.infini.Stream, event: torch.infini.Event) -> None:
+    event.wait(stream)
+
+
+@requires_async_host
+@pytest.mark.parametrize("wait", [_wait_event, _event_wait], ids=["wait_event", "event.wait"])
+def test_async_re_recording_an_event_keeps_an_earlier_wait(
+    wait: Callable[[torch.infini.Stream, torch.infini.Event], None],
+) -> None:
+    """A wait holds the record that was the event's latest when it was queued.
+
+    As cudaStreamWaitEvent: recording the event again later, on another
+    (idle) stream, must not release a wait queued before (issue 10, defect 5).
+    """
+    for attempt in range(3):
+        producer, consumer, other = (torch.infini.Stream() for _ in range(3))
+        src = torch.zeros(1 << 20, device="infini")
+        out = torch.empty_like(src)
+        torch.infini.synchronize()
+        event = torch.infini.Event()
+        with torch.infini.stream(producer):
+            _queue_products()
+            src.fill_(1.0 + attempt)
+            event.record()
+        wait(consumer, event)
+        event.record(other)  # idle: this record completes at once
+        with torch.infini.stream(consumer):
+            out.copy_(src)
+        torch.infini.synchronize()
+        assert torch.equal(out.cpu(), torch.full((1 << 20,), 1.0 + attempt)), attempt
+
+
+@requires_async_host
+def test_async_wait_on_re_recorded_event_waits_for_the_latest_record() -> None:
+    """The other direction: a wait queued after re-recording on a busy stream
+    waits for that latest record, not for the earlier (completed) one."""
+    producer, consumer = torch.infini.Stream(), torch.infini.Stream()
+    src = torch.zeros(1 << 20, device="infini")
+    out = torch.empty_like(src)
+    event = torch.infini.Event()
+    event.record(consumer)  # completes at once
+    torch.infini.synchronize()
+    with torch.infini.stream(producer):
+        _queue_products()
+        src.fill_(3.0)
+        event.record()
+    consumer.wait_event(event)
+    with torch.infini.stream(consumer):
+        out.copy_(src)
+    torch.infini.synchronize()
+    assert torch.equal(out.cpu(), torch.full((1 << 20,), 3.0))
+
+
+def test_event_query_and_synchronize_follow_the_latest_record() -> None:
+    """query()/synchronize() are about the latest record only, as with CUDA."""
+    busy, idle = torch.infini.Stream(), torch.infini.Stream()
+    event = torch.infini.Event()
+    # Latest record on an idle stream: synchronize() returns once it is done,
+    # and query() is True, even while an earlier record is still queued.
+    with torch.infini.stream(busy):
+        _queue_products()
+    event.record(busy)
+    event.record(idle)
+    event.synchronize()
+    assert event.query() is True
+    # Latest record behind busy work: synchronize() waits for that work.
+    src = torch.zeros(1 << 20, device="infini")
+    with torch.infini.stream(busy):
+        _queue_products()
+        src.fill_(4.0)
+    event.record(busy)
+    event.synchronize()
+    assert event.query() is True
+    assert busy.query() is True  # nothing was queued on busy after the record
+    assert torch.equal(src.cpu(), torch.full((1 << 20,), 4.0))
+
+
+def test_elapsed_time_uses_the_latest_records() -> None:
+    """start re-recorded on the current (idle) stream: elapsed_time measures
+    from that record, not from the earlier one queued behind busy work (which
+    completes after `end`, so using it would give a negative time)."""
+    busy = torch.infini.Stream()
+    start = torch.infini.Event(enable_timing=True)
+    end = torch.infini.Event(enable_timing=True)
+    with torch.infini.stream(busy):
+        _queue_products(times=20)
+        start.record()
+    start.record()  # current stream
+    end.record()
+    torch.infini.synchronize()
+    elapsed = start.elapsed_time(end)
+    assert math.isfinite(elapsed)
+    assert elapsed >= 0.0

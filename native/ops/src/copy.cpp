@@ -147,12 +147,12 @@ void hostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
   rt.memcpyAsync(dst.data_ptr(), staged.data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice,
                  stream);
   // A staged copy lives in pageable memory that dies here: never async.
-  const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(staged.data_ptr());
-  if (async) {
-    recordPinnedUse(staged.storage().data_ptr(), currentStream(dst.device().index()));
-  } else {
-    rt.synchronizeStream(stream);
-  }
+  // The pinned block is reused only after the copy (found by address, so
+  // aliases of pinned memory count); memory the pinned allocator does not
+  // own makes the copy synchronous.
+  const bool async = non_blocking && direct && asyncCapable() &&
+                     recordPinnedUse(staged.data_ptr(), currentStream(dst.device().index()));
+  if (!async) rt.synchronizeStream(stream);
 }
 
 // dst (CPU) = src (infini, same shape as dst).
@@ -164,7 +164,12 @@ void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       dense_src = at::empty(src.sizes(), src.options());
       kernels().copy(toRef(dense_src), toRef(src), streamOf(src));
     } else {
-      dst.copy_(downloadSpan(src, nullptr));
+      // The staged CPU view carries src's conj/neg bits, so the CPU's copy_
+      // resolves them.
+      at::Tensor staged = downloadSpan(src, nullptr);
+      if (src.is_conj()) staged._set_conj(true);
+      if (src.is_neg()) staged._set_neg(true);
+      dst.copy_(staged);
       return;
     }
   }
@@ -177,11 +182,9 @@ void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
   auto stream = streamOf(src);
   rt.memcpyAsync(landing.data_ptr(), dense_src.data_ptr(), nbytesOf(landing),
                  MemcpyKind::DeviceToHost, stream);
-  const bool async = non_blocking && direct && asyncCapable() && isPinnedPointer(dst.data_ptr());
-  if (async) {
-    recordPinnedUse(dst.storage().data_ptr(), currentStream(src.device().index()));
-    return;
-  }
+  const bool async = non_blocking && direct && asyncCapable() &&
+                     recordPinnedUse(dst.data_ptr(), currentStream(src.device().index()));
+  if (async) return;
   rt.synchronizeStream(stream);
   if (!direct) {
     if (src.is_conj()) landing._set_conj(true);
@@ -220,6 +223,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       copy_from(plain_src, plain_dst, non_blocking);
       return dst;
     }
+    // As the CPU's copy_: a source partially overlapping the destination
+    // raises (the result would depend on the order elements are written).
+    at::assert_no_partial_overlap(dst, src);
     at::Tensor source = expanded;
     const at::MemOverlapStatus overlap = at::get_overlap_status(dst, expanded);
     if (overlap != at::MemOverlapStatus::No) {
@@ -233,8 +239,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   if (isInfini(dst)) {
-    // Dtype conversion and conj/neg bits are resolved on the CPU side.
+    // Dtype conversion and view bits are resolved on the CPU side: the
+    // values stored are what dst's own conj/neg bits turn back into src.
     at::Tensor host = expanded.to(dst.scalar_type()).resolve_conj().resolve_neg();
+    if (dst.is_conj()) host = host.conj_physical();
+    if (dst.is_neg()) host = host.neg();
     hostToDevice(dst, host, non_blocking);
     return dst;
   }

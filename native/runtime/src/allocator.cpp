@@ -63,8 +63,6 @@ bool deviceOfPointer(const void* ptr, int* device) {
 
 c10::Allocator* pinnedAllocator() { return &pinnedHostAllocator(); }
 
-void recordPinnedUse(const c10::DataPtr& data, c10::Stream stream) {
-  pinnedHostAllocator().record_event(data.get(), data.get_context(), stream);
-}
+bool recordPinnedUse(const void* ptr, c10::Stream stream) { return recordPinnedUseAt(ptr, stream); }
 
 }  // namespace torch_infini

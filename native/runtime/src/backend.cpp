@@ -1,6 +1,7 @@
 #include "torch_infini/runtime/backend.h"
 
 #include <c10/util/Exception.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,17 @@ struct State {
 State& state() {
   static State* s = new State();  // leaked on purpose: outlives static destructors
   return *s;
+}
+
+std::atomic<bool> in_bad_fork{false};
+
+// In a forked child of an initialized process: the runtime is unusable.
+// Clearing `ready` sends every get() to the slow path, which raises.
+void markForkedChild() {
+  State& s = state();
+  if (s.ready.load(std::memory_order_relaxed) == nullptr) return;  // never initialized
+  in_bad_fork.store(true);
+  s.ready.store(nullptr);
 }
 
 std::string requestedLocked(State& s) {
@@ -95,8 +107,14 @@ void selectBackend(const std::string& name) {
 DeviceRuntime& get() {
   State& s = state();
   if (DeviceRuntime* r = s.ready.load(std::memory_order_acquire)) return *r;
+  // Checked before locking: the fork may have copied the mutex locked.
+  TORCH_CHECK(!in_bad_fork.load(),
+              "Cannot re-initialize infini in forked subprocess. To use infini with "
+              "multiprocessing, you must use the 'spawn' start method");
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.runtime) {
+    static const int registered = pthread_atfork(nullptr, nullptr, markForkedChild);
+    (void)registered;
     s.runtime = create(requestedLocked(s));
     s.ready.store(s.runtime.get(), std::memory_order_release);
   }
@@ -112,6 +130,16 @@ DeviceRuntime* tryGet() noexcept {
 }
 
 bool isInitialized() noexcept { return state().ready.load() != nullptr; }
+
+bool isInBadFork() noexcept { return in_bad_fork.load(); }
+
+void throwInvalidDevice(int device, int count, const std::string& backend) {
+  // 101: the CUDA runtime's code for the same error (cudaErrorInvalidDevice).
+  throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, 101,
+                              "infini error: invalid device ordinal " + std::to_string(device) +
+                                  "; the '" + backend + "' backend has " + std::to_string(count) +
+                                  " device(s)");
+}
 
 std::string requestedBackend() {
   State& s = state();

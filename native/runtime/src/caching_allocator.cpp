@@ -112,6 +112,14 @@ struct DeviceCache {
   DeviceStats stats;
 };
 
+// The statistics calls reject a bad index the way CUDA's caching allocator
+// does: a plain RuntimeError (not the AcceleratorError of runtime calls).
+void checkStatsDevice(int device) {
+  const int count = deviceCount();
+  TORCH_CHECK(device >= 0 && device < count, "Invalid device argument ", device,
+              ": did you call init? (infini has ", count, " device(s))");
+}
+
 class Allocator final : public CachingDeviceAllocator {
  public:
   // The current device is valid by construction (setCurrentDevice checks).
@@ -173,14 +181,14 @@ class Allocator final : public CachingDeviceAllocator {
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    checkDeviceIndex(device);
+    checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
     return cache.stats;
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    checkDeviceIndex(device);
+    checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
     forEachStatArray(cache.stats, [](StatArray& a) {
@@ -194,7 +202,7 @@ class Allocator final : public CachingDeviceAllocator {
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    checkDeviceIndex(device);
+    checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
     forEachStatArray(cache.stats, [](StatArray& a) {
@@ -477,8 +485,8 @@ class Allocator final : public CachingDeviceAllocator {
     runtime::DeviceRuntime& rt = runtime::get();
     while (!cache.pending.empty()) {
       auto [event, block] = cache.pending.front();
+      rt.synchronizeEvent(event);  // may throw: the use stays pending
       cache.pending.pop_front();
-      rt.synchronizeEvent(event);
       rt.destroyEvent(event);
       if (--block->pending_events == 0) release(cache, block);
     }
@@ -490,10 +498,12 @@ class Allocator final : public CachingDeviceAllocator {
           ++it;
           continue;
         }
+        // The runtime's free first: should it throw, the segment stays in
+        // the pool, still counted and still reusable.
+        rt.free(device, block->ptr);
         it = pool->erase(it);
         block->in_pool = false;
         segments_.erase(block->ptr);
-        rt.free(device, block->ptr);
         update(cache.stats.segment, block->small, -1);
         update(cache.stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
         ++cache.stats.num_device_free;

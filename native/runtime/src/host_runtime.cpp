@@ -1,11 +1,15 @@
 #include "torch_infini/runtime/host_runtime.h"
 
+#include "torch_infini/runtime/backend.h"
+
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "torch_infini/runtime/backend.h"
 
 namespace torch_infini::runtime {
 namespace {
@@ -65,13 +69,13 @@ void HostStream::enqueue(Item item) {
   work_ready_.notify_one();
 }
 
-void HostStream::submitRecord(HostEvent* event, uint64_t version) {
+void HostStream::submitRecord(HostEvent* event, HostEventRecordPtr record) {
   if (!async_) {
-    event->complete(version);
+    event->complete(record);
     return;
   }
   event->retain();
-  enqueue({nullptr, event, version});
+  enqueue({nullptr, event, std::move(record)});
 }
 
 void HostStream::run() {
@@ -95,11 +99,12 @@ void HostStream::run() {
     if (failure && !error_) error_ = failure;
     // Event completion and the stream's count move together under the
     // stream's lock (lock order: stream, then event).
-    if (item.event) item.event->complete(item.version);
+    if (item.event) item.event->complete(item.record);
     ++completed_;
     work_done_.notify_all();
     if (item.event) {
       lock.unlock();
+      item.record.reset();
       item.event->release();
       lock.lock();
     }
@@ -113,12 +118,27 @@ void HostStream::rethrowPending() {
   }
 }
 
+void HostStream::waitIdle(std::unique_lock<std::mutex>& lock) {
+  const uint64_t target = submitted_;
+  work_done_.wait(lock, [&] { return completed_ >= target; });
+}
+
 void HostStream::synchronize() {
   if (!async_) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  const uint64_t target = submitted_;
-  work_done_.wait(lock, [&] { return completed_ >= target; });
+  waitIdle(lock);
   rethrowPending();
+}
+
+void HostStream::drain() {
+  if (!async_) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  waitIdle(lock);
+}
+
+std::exception_ptr HostStream::takeError() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(error_, nullptr);
 }
 
 bool HostStream::query() {
@@ -130,43 +150,45 @@ bool HostStream::query() {
 
 // ----------------------------------------------------------------- HostEvent
 
-uint64_t HostEvent::beginRecord() {
+HostEventRecordPtr HostEvent::beginRecord() {
+  auto record = std::make_shared<HostEventRecord>();
   std::lock_guard<std::mutex> lock(mutex_);
-  return ++recorded_;
+  latest_ = record;
+  return record;
 }
 
-void HostEvent::complete(uint64_t version) {
+void HostEvent::complete(const HostEventRecordPtr& record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (version > completed_) {
-      completed_ = version;
-      if (timing_) time_ = std::chrono::steady_clock::now();
-    }
+    record->done = true;
+    if (timing_) record->time = std::chrono::steady_clock::now();
   }
   done_.notify_all();
 }
 
-void HostEvent::waitFor(uint64_t version) {
+void HostEvent::waitFor(const HostEventRecordPtr& record) {
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return completed_ >= version; });
+  done_.wait(lock, [&] { return record->done; });
 }
 
-uint64_t HostEvent::recordedVersion() {
+HostEventRecordPtr HostEvent::latest() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return recorded_;
+  return latest_;
 }
 
 bool HostEvent::query() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return completed_ >= recorded_;
+  return latest_ == nullptr || latest_->done;
 }
 
-void HostEvent::synchronize() { waitFor(recordedVersion()); }
+void HostEvent::synchronize() {
+  if (HostEventRecordPtr record = latest()) waitFor(record);
+}
 
 bool HostEvent::completionTime(std::chrono::steady_clock::time_point* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (recorded_ == 0 || completed_ < recorded_) return false;
-  *out = time_;
+  if (latest_ == nullptr || !latest_->done) return false;
+  *out = latest_->time;
   return true;
 }
 
@@ -200,8 +222,7 @@ Capabilities HostRuntime::capabilities() const {
 }
 
 void HostRuntime::checkDevice(int device) const {
-  TORCH_CHECK_INDEX(device >= 0 && device < devices_, "infini: invalid device index ", device,
-                    " (host backend has ", devices_, " device(s))");
+  if (device < 0 || device >= devices_) throwInvalidDevice(device, devices_, name_);
 }
 
 std::string HostRuntime::deviceName(int device) const {
@@ -223,8 +244,18 @@ void HostRuntime::synchronizeDevice(int device) {
   for (HostStream* s : streams) s->synchronize();
 }
 
-void HostRuntime::synchronizeAll() {
-  for (int d = 0; d < devices_; ++d) synchronizeDevice(d);
+void HostRuntime::drainDevice(int device) {
+  std::vector<HostStream*> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : streams_)
+      if (s->device() == device) streams.push_back(s.get());
+  }
+  for (HostStream* s : streams) s->drain();
+}
+
+void HostRuntime::drainAll() {
+  for (int d = 0; d < devices_; ++d) drainDevice(d);
 }
 
 std::pair<size_t, size_t> HostRuntime::memGetInfo(int device) {
@@ -252,8 +283,9 @@ void* HostRuntime::malloc(int device, size_t bytes) {
 void HostRuntime::free(int device, void* ptr) {
   checkDevice(device);
   if (ptr == nullptr) return;
-  // Like cudaFree, freeing waits for queued work that may still touch memory.
-  if (async_) synchronizeDevice(device);
+  // Like cudaFree, freeing waits for queued work that may still touch memory;
+  // an error of that work stays pending for the stream's next synchronize.
+  if (async_) drainDevice(device);
   std::lock_guard<std::mutex> lock(memory_mutex_);
   auto it = sizes_.find(ptr);
   TORCH_CHECK(it != sizes_.end(), "infini: free of a pointer the host device did not allocate");
@@ -266,7 +298,7 @@ void* HostRuntime::mallocHost(size_t bytes) { return alignedAlloc(bytes, kHostAl
 
 void HostRuntime::freeHost(void* ptr) {
   // Like cudaFreeHost: queued copies from or to the buffer finish first.
-  if (async_) synchronizeAll();
+  if (async_) drainAll();
   std::free(ptr);
 }
 
@@ -306,7 +338,18 @@ void HostRuntime::destroyStream(StreamHandle s) {
     }
   }
   TORCH_CHECK(owned != nullptr, "infini: destroyStream on an unknown stream");
-  owned->synchronize();
+  // A release: waits for the queued work without raising. An error nobody
+  // synchronized for is not dropped silently: it becomes a warning.
+  owned->drain();
+  if (std::exception_ptr error = owned->takeError()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      TORCH_WARN("infini: a destroyed stream's queued work had failed: ", e.what());
+    } catch (...) {
+      TORCH_WARN("infini: a destroyed stream's queued work had failed");
+    }
+  }
 }
 
 void HostRuntime::synchronizeStream(StreamHandle s) { stream(s).synchronize(); }
@@ -315,11 +358,11 @@ bool HostRuntime::queryStream(StreamHandle s) { return stream(s).query(); }
 
 void HostRuntime::streamWaitEvent(StreamHandle s, EventHandle e) {
   HostEvent* ev = &event(e);
-  uint64_t version = ev->recordedVersion();
-  if (version == 0) return;  // never recorded: nothing to wait for
+  HostEventRecordPtr record = ev->latest();
+  if (record == nullptr) return;  // never recorded: nothing to wait for
   ev->retain();
-  stream(s).submit([ev, version] {
-    ev->waitFor(version);
+  stream(s).submit([ev, record] {
+    ev->waitFor(record);
     ev->release();
   });
 }
@@ -348,7 +391,7 @@ float HostRuntime::elapsedTime(EventHandle start, EventHandle end) {
   TORCH_CHECK(a.timing() && b.timing(),
               "Both events must be created with argument 'enable_timing=True'.");
   std::chrono::steady_clock::time_point ta, tb;
-  TORCH_CHECK(a.recordedVersion() != 0 && b.recordedVersion() != 0,
+  TORCH_CHECK(a.latest() != nullptr && b.latest() != nullptr,
               "Both events must be recorded before calculating elapsed time.");
   TORCH_CHECK(a.completionTime(&ta) && b.completionTime(&tb),
               "infini: elapsed_time needs both events to have completed; synchronize first");

@@ -4,6 +4,7 @@
 // the current device per thread: every call binds both first. Statuses other
 // than kSuccess become RuntimeErrors naming the call and the status.
 #include "torch_infini/runtime/infinirt_runtime.h"
+#include "torch_infini/runtime/backend.h"
 
 #include <c10/util/Exception.h>
 
@@ -277,8 +278,7 @@ class InfiniRtProvider final : public InfiniRtRuntime {
   }
 
   void checkDevice(int device) const {
-    TORCH_CHECK_INDEX(device >= 0 && device < count_, "infini: invalid device index ", device,
-                      " (InfiniRT ", name_, " has ", count_, " device(s))");
+    if (device < 0 || device >= count_) throwInvalidDevice(device, count_, name_);
   }
 
   void requireEvents(const char* what) const {

@@ -57,6 +57,7 @@ class PinnedAllocator final : public at::HostAllocator {
                        " bytes of pinned host memory");
       block = new HostBlock{ptr, size, false, {}};
       all_.insert(block);
+      by_address_.emplace(reinterpret_cast<uintptr_t>(ptr), block);
       ranges_.insert(ptr, size, 0);
       stats_.allocations.increase(1);
       stats_.allocated_bytes.increase(size);
@@ -74,11 +75,15 @@ class PinnedAllocator final : public at::HostAllocator {
     std::memcpy(dest, src, count);
   }
 
-  // ctx is the DataPtr context this allocator set: the block.
-  bool record_event(void* /*ptr*/, void* ctx, c10::Stream stream) override {
+  // ctx is the DataPtr context this allocator set (the block) for its own
+  // tensors; an alias of pinned memory (from_dlpack, set_, a storage made
+  // from a raw pointer) carries another context, so the block is then found
+  // by address, as CUDA's caching host allocator does.
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto* block = static_cast<HostBlock*>(ctx);
-    if (all_.count(block) == 0) return false;  // not memory from this allocator
+    if (all_.count(block) == 0) block = blockAt(ptr);
+    if (block == nullptr) return false;  // not memory from this allocator
     runtime::DeviceRuntime& rt = runtime::get();
     if (!rt.capabilities().events) {
       rt.synchronizeStream(nativeStream(stream));
@@ -121,6 +126,15 @@ class PinnedAllocator final : public at::HostAllocator {
   bool owns(const void* ptr) const { return ranges_.find(ptr, nullptr); }
 
  private:
+  // The block whose memory holds `ptr` (interior pointers too), or null.
+  HostBlock* blockAt(const void* ptr) const {
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    auto it = by_address_.upper_bound(address);
+    if (it == by_address_.begin()) return nullptr;
+    --it;
+    return address < it->first + it->second->size ? it->second : nullptr;
+  }
+
   static void deleter(void* ctx);
 
   static void dropCompleted(runtime::DeviceRuntime& rt, std::vector<runtime::EventHandle>& events) {
@@ -174,21 +188,26 @@ class PinnedAllocator final : public at::HostAllocator {
     }
     pending_.clear();
     for (auto& [size, blocks] : free_) {
-      for (HostBlock* block : blocks) {
-        ranges_.erase(block->ptr);
-        all_.erase(block);
+      // Released one by one, the runtime's free first: should it throw, the
+      // blocks not yet released stay cached and fully registered.
+      while (!blocks.empty()) {
+        HostBlock* block = blocks.back();
         rt.freeHost(block->ptr);
+        blocks.pop_back();
+        ranges_.erase(block->ptr);
+        by_address_.erase(reinterpret_cast<uintptr_t>(block->ptr));
+        all_.erase(block);
         stats_.allocations.decrease(1);
         stats_.allocated_bytes.decrease(block->size);
         ++stats_.num_host_free;
         delete block;
       }
-      blocks.clear();
     }
   }
 
   std::mutex mutex_;
-  std::unordered_set<HostBlock*> all_;  // every block, handed out or cached
+  std::unordered_set<HostBlock*> all_;          // every block, handed out or cached
+  std::map<uintptr_t, HostBlock*> by_address_;  // the same blocks by start address
   std::map<size_t, std::vector<HostBlock*>> free_;
   std::vector<HostBlock*> pending_;
   RangeMap ranges_;
@@ -205,6 +224,10 @@ void PinnedAllocator::deleter(void* ctx) { instance().free(static_cast<HostBlock
 }  // namespace
 
 at::HostAllocator& pinnedHostAllocator() { return instance(); }
+
+bool recordPinnedUseAt(const void* ptr, c10::Stream stream) {
+  return ptr != nullptr && instance().record_event(const_cast<void*>(ptr), nullptr, stream);
+}
 
 bool isPinnedPointer(const void* ptr) { return ptr != nullptr && instance().owns(ptr); }
 

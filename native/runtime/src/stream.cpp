@@ -61,8 +61,8 @@ int deviceCount() noexcept {
 
 void checkDeviceIndex(int device) {
   int count = runtime::get().deviceCount();
-  TORCH_CHECK_INDEX(device >= 0 && device < count, "infini: invalid device index ", device,
-                    "; the '", runtime::get().name(), "' backend has ", count, " device(s)");
+  if (device < 0 || device >= count)
+    runtime::throwInvalidDevice(device, count, runtime::get().name());
 }
 
 int currentDevice() {

@@ -68,7 +68,11 @@ def synchronize(device: DeviceLike = None) -> None:
 
 
 def get_device_name(device: DeviceLike = None) -> str:
-    return str(_C._get_device_name(_get_device_index(device)))
+    index = _get_device_index(device)
+    if not 0 <= index < device_count():
+        # torch.cuda.get_device_properties checks the same way, before any call.
+        raise AssertionError("Invalid device id")
+    return str(_C._get_device_name(index))
 
 
 def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:

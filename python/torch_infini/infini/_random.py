@@ -15,23 +15,18 @@ from collections.abc import Iterable
 import torch
 
 _seed: int = 0
-_forked_child = False
-
-
-def _mark_forked_child() -> None:
-    global _forked_child
-    _forked_child = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_mark_forked_child)
 
 
 def _is_in_bad_fork() -> bool:
-    """True in a child forked after the backend started worker threads."""
+    """True in a child forked after the backend was initialized (as torch.cuda's).
+
+    Such a child cannot use infini: every runtime call raises "Cannot
+    re-initialize infini in forked subprocess" instead of waiting forever on
+    stream worker threads that did not survive the fork.
+    """
     from .. import _C
 
-    return _forked_child and bool(_C._is_initialized())
+    return bool(_C._is_in_bad_fork())
 
 
 def manual_seed(seed: int) -> None:

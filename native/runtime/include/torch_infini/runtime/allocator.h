@@ -30,8 +30,10 @@ void emptyDeviceCache();
 // Pinned (page-locked where the runtime can) host memory.
 c10::Allocator* pinnedAllocator();
 bool isPinnedPointer(const void* ptr);
-// A queued copy uses pinned `data` on `stream`: the block is not reused
-// before that work completes.
-void recordPinnedUse(const c10::DataPtr& data, c10::Stream stream);
+// A queued copy uses the pinned memory at `ptr` (any address inside a block,
+// so aliases and views count) on `stream`: the block is not reused before
+// that work completes. False when `ptr` is not pinned memory of ours (the
+// caller must then not leave the copy in flight).
+bool recordPinnedUse(const void* ptr, c10::Stream stream);
 
 }  // namespace torch_infini

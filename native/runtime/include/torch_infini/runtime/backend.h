@@ -24,6 +24,16 @@ DeviceRuntime& get();
 DeviceRuntime* tryGet() noexcept;
 
 bool isInitialized() noexcept;
+
+// True in a process forked after the runtime was initialized: its stream
+// worker threads (and a vendor runtime's state) did not survive the fork,
+// so get() raises "Cannot re-initialize infini in forked subprocess", as
+// CUDA does, instead of waiting forever on a stream.
+bool isInBadFork() noexcept;
+
+// Throws torch.AcceleratorError (c10::AcceleratorError), as CUDA does for
+// an invalid device ordinal, naming the index, the count and the backend.
+[[noreturn]] void throwInvalidDevice(int device, int count, const std::string& backend);
 // The backend that was requested (before init) or selected (after init).
 std::string requestedBackend();
 // Names that may be passed to selectBackend besides "auto".

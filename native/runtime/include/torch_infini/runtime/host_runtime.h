@@ -26,6 +26,23 @@ namespace torch_infini::runtime {
 
 class HostEvent;
 
+// One record of an event: done once its stream has run everything queued
+// before it. A wait holds the record that was the event's latest when the
+// wait was queued, as cudaStreamWaitEvent does, so recording the event again
+// (on any stream) never releases an earlier wait.
+struct HostEventRecord {
+  bool done = false;                             // guarded by the event's mutex
+  std::chrono::steady_clock::time_point time{};  // completion time (timing events)
+};
+using HostEventRecordPtr = std::shared_ptr<HostEventRecord>;
+
+// Errors: work queued on an async stream is validated by its caller before
+// it is submitted, so it is not expected to fail. If it does anyway, the
+// first error is kept and raised once, by the next synchronize() or query()
+// of that stream (also through a device synchronize); later work on the
+// stream still runs. Releasing memory and destroying streams wait for queued
+// work without raising, so an error never interrupts a release half-way (a
+// destroyed stream's unreported error becomes a warning).
 class HostStream {
  public:
   HostStream(int device, bool async);
@@ -43,26 +60,29 @@ class HostStream {
       work();
       return;
     }
-    enqueue({std::function<void()>(std::forward<F>(work)), nullptr, 0});
+    enqueue({std::function<void()>(std::forward<F>(work)), nullptr, nullptr});
   }
 
-  // Marks `event` complete at `version` in stream order. The stream counts
-  // the record as done in the same step, so a stream query right after the
-  // event completes agrees with it.
-  void submitRecord(HostEvent* event, uint64_t version);
+  // Marks `record` of `event` done in stream order. The stream counts the
+  // record as done in the same step, so a stream query right after the event
+  // completes agrees with it.
+  void submitRecord(HostEvent* event, HostEventRecordPtr record);
 
-  void synchronize();  // rethrows the first error raised by queued work
-  bool query();
+  void synchronize();              // waits, then raises the pending error (if any)
+  void drain();                    // waits for queued work; raises nothing
+  bool query();                    // raises the pending error (if any)
+  std::exception_ptr takeError();  // the pending error (null if none), cleared
 
  private:
   struct Item {
     std::function<void()> work;
     HostEvent* event;  // non-null: an event record (the stream holds a reference)
-    uint64_t version;
+    HostEventRecordPtr record;
   };
   void enqueue(Item item);
   void run();
   void rethrowPending();
+  void waitIdle(std::unique_lock<std::mutex>& lock);
 
   const int device_;
   const bool async_;
@@ -89,15 +109,17 @@ class HostEvent {
   }
   bool timing() const { return timing_; }
 
-  // Returns the version this record will complete.
-  uint64_t beginRecord();
-  void complete(uint64_t version);
-  void waitFor(uint64_t version);
-  uint64_t recordedVersion();
+  // A new record, from now on the event's latest.
+  HostEventRecordPtr beginRecord();
+  void complete(const HostEventRecordPtr& record);
+  void waitFor(const HostEventRecordPtr& record);
+  // The latest record; null when never recorded.
+  HostEventRecordPtr latest();
+  // Whether the latest record is done (true when never recorded).
   bool query();
   void synchronize();
-  // Completion time of the last completed record; false when never recorded
-  // or not yet complete.
+  // Completion time of the latest record; false when never recorded or not
+  // yet complete.
   bool completionTime(std::chrono::steady_clock::time_point* out);
 
  private:
@@ -106,9 +128,7 @@ class HostEvent {
   std::atomic<int> refs_{1};
   std::mutex mutex_;
   std::condition_variable done_;
-  uint64_t recorded_ = 0;
-  uint64_t completed_ = 0;
-  std::chrono::steady_clock::time_point time_{};
+  HostEventRecordPtr latest_;
 };
 
 class HostRuntime final : public DeviceRuntime {
@@ -155,7 +175,8 @@ class HostRuntime final : public DeviceRuntime {
 
  private:
   void checkDevice(int device) const;
-  void synchronizeAll();
+  void drainDevice(int device);
+  void drainAll();
 
   const std::string name_ = "host";
   const int devices_;

@@ -16,7 +16,8 @@ constexpr c10::StreamId kStreamPoolSize = 32;
 
 // Number of devices; 0 (never an exception) when the backend is unusable.
 int deviceCount() noexcept;
-// Throws IndexError naming the index and the count when out of range.
+// Throws torch.AcceleratorError naming the index and the count when out of
+// range, as CUDA does for an invalid device ordinal.
 void checkDeviceIndex(int device);
 // The calling thread's current device (0 until set).
 int currentDevice();

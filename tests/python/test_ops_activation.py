@@ -14,8 +14,10 @@ from op_helpers import (
     KERNEL_DTYPES,
     ViewFn,
     assert_matches,
+    expect_kernel,
     identity,
     pair,
+    raises_exactly,
     requires_two_devices,
 )
 
@@ -75,7 +77,9 @@ CASES = [
 def test_dtype_table_and_variants(op: str, variant: str, dtype: torch.dtype) -> None:
     x_cpu, x = pair((5, 7), dtype, seed=1)
     fn = VARIANTS[op][variant]
-    assert_matches(fn(x), fn(x_cpu), exact=op == "relu")
+    expected = fn(x_cpu)
+    with expect_kernel(op, dtype):
+        assert_matches(fn(x), expected, exact=op == "relu")
     assert_matches(x, x_cpu, exact=True)  # input untouched (in-place ran on a clone)
 
 
@@ -143,7 +147,8 @@ def test_special_values(dtype: torch.dtype) -> None:
     values = torch.tensor([-inf, -1e3, -1.5, -0.0, 0.0, 1.5, 1e3, inf, nan], dtype=dtype)
     x = values.to(DEVICE)
     assert_matches(torch.relu(x), torch.relu(values), exact=True)
-    assert_matches(F.silu(x), F.silu(values))
+    with expect_kernel("silu", dtype):
+        assert_matches(F.silu(x), F.silu(values))
 
 
 @pytest.mark.parametrize("op", ["relu", "silu"])
@@ -214,7 +219,7 @@ def test_relu_refused(dtype: torch.dtype) -> None:
 def test_out_dtype_mismatch_refused(op: str) -> None:
     x = torch.ones(3, device=DEVICE)
     overload = getattr(torch.ops.aten, op).out
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match=f"{op}.out: .*type promotion is not supported"):
         overload(x, out=torch.empty(3, dtype=torch.float64, device=DEVICE))
 
 
@@ -238,7 +243,12 @@ def test_overlap_rules_as_pytorch(op: str) -> None:
 @pytest.mark.parametrize("op", ["relu", "silu"])
 def test_cpu_operands_refused(op: str) -> None:
     overload = getattr(torch.ops.aten, op).out
-    with pytest.raises(RuntimeError):
+    # infini's own wording, or the one PyTorch uses on CUDA
+    match = (
+        f"{op}.out: expected out to be an infini tensor, got a tensor on cpu"
+        "|Expected all tensors to be on the same device"
+    )
+    with raises_exactly(RuntimeError, match=match):
         overload(torch.ones(3, device=DEVICE), out=torch.empty(3))
 
 

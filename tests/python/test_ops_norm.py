@@ -12,10 +12,15 @@ from op_helpers import (
     assert_matches,
     identity,
     pair,
+    raises_exactly,
     requires_two_devices,
+    runs_cpu_kernels,
 )
 
-NORM_TOL = {"rtol": 1e-5, "atol": 1e-5}
+# On host rms_norm runs the CPU's own at::rms_norm: bit for bit (assert_matches).
+# Elsewhere (InfiniOps) the sum of squares is reduced in another order and rsqrt
+# is the device's own: a few float32 ulps, above assert_close's rtol of 1.3e-6.
+NORM_TOL: dict[str, object] = {} if runs_cpu_kernels() else {"rtol": 1e-5, "atol": 1e-5}
 F32 = torch.float32
 EPS_VALUES = [None, 1e-6, 0.5]
 
@@ -91,7 +96,13 @@ def test_non_contiguous_input(layout: str, with_weight: bool) -> None:
     x_cpu, x = pair(shape, F32, seed=4, view=view)
     n = x.shape[-1]
     w_cpu, w = pair((n,), F32, seed=5) if with_weight else (None, None)
-    assert_matches(F.rms_norm(x, (n,), w), F.rms_norm(x_cpu, (n,), w_cpu), **NORM_TOL)
+    # With the normalized dim strided, host first copies the rows to stride 1
+    # (the kernels take unit-stride rows): the CPU oracle reduces the strided
+    # rows in another order, so the same at::rms_norm is not bit-identical.
+    same_kernel = x.stride(-1) == 1
+    assert_matches(
+        F.rms_norm(x, (n,), w), F.rms_norm(x_cpu, (n,), w_cpu), same_kernel=same_kernel, **NORM_TOL
+    )
     assert_matches(x, x_cpu, exact=True)
 
 
@@ -176,18 +187,22 @@ def test_weight_dtype_refused() -> None:
 def test_shape_errors() -> None:
     for dev in ("cpu", DEVICE):
         x = torch.ones(2, 3, 8, device=dev)
-        with pytest.raises(RuntimeError) as excinfo:
+        with raises_exactly(RuntimeError, match=r"Given normalized_shape=\[4\], expected input"):
             F.rms_norm(x, (4,))
-        assert not isinstance(excinfo.value, NotImplementedError)
-        with pytest.raises(RuntimeError) as excinfo:
+        # CPU: "Expected weight to be of same shape as normalized_shape";
+        # infini: "rms_norm: expected weight of shape [8], got [4]"
+        with raises_exactly(RuntimeError, match=r"(?i)expected weight (to be )?of (same )?shape"):
             F.rms_norm(x, (8,), torch.ones(4, device=dev))
-        assert not isinstance(excinfo.value, NotImplementedError)
 
 
 def test_cpu_weight_refused() -> None:
-    with pytest.raises(RuntimeError) as excinfo:
+    # infini's own wording, or the one PyTorch uses on CUDA
+    match = (
+        "rms_norm: expected weight to be an infini tensor, got a tensor on cpu"
+        "|Expected all tensors to be on the same device"
+    )
+    with raises_exactly(RuntimeError, match=match):
         F.rms_norm(torch.ones(3, 8, device=DEVICE), (8,), torch.ones(8))
-    assert not isinstance(excinfo.value, NotImplementedError)
 
 
 @requires_two_devices

@@ -7,7 +7,7 @@ import io
 
 import pytest
 import torch
-from infini_testing import ALL_DTYPES, make_cpu, requires_two_devices
+from infini_testing import ALL_DTYPES, make_cpu, raises_exactly, requires_two_devices
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -307,7 +307,7 @@ def test_set_errors() -> None:
     x = torch.empty(0, device="infini")
     with pytest.raises(RuntimeError, match="different device"):
         x.set_(torch.empty(3).untyped_storage())
-    with pytest.raises(RuntimeError):
+    with raises_exactly(RuntimeError, match="Could not set tensor of type float to a tensor"):
         torch.empty(0, dtype=torch.int32, device="infini").set_(torch.empty(3, device="infini"))
     storage = torch.empty(4, device="infini").untyped_storage()
     with pytest.raises(RuntimeError, match="negative dimension"):
@@ -499,7 +499,7 @@ def test_storage_pin_memory() -> None:
 def test_infini_tensors_are_not_pinned() -> None:
     x = torch.empty(4, device="infini")
     assert not x.is_pinned()
-    with pytest.raises(RuntimeError):
+    with raises_exactly(RuntimeError, match="cannot pin .* only dense CPU tensors can be pinned"):
         x.pin_memory()
 
 

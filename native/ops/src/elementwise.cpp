@@ -5,6 +5,7 @@
 // TensorIterator exactly (it is built for its checks and output allocation
 // only); the work itself goes to the kernel seam on the current stream.
 #include <ATen/ATen.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
@@ -18,12 +19,15 @@ namespace torch_infini::ops {
 namespace {
 
 // A 0-dim device tensor holding `value` converted to `dtype` the way PyTorch
-// converts a scalar operand (integers wrap), filled by a stream-ordered
-// kernel where the provider has one: no synchronization.
+// converts a scalar operand, filled by a stream-ordered kernel where the
+// provider has one: no synchronization.
 at::Tensor deviceScalar(const at::Scalar& value, c10::ScalarType dtype, const at::Tensor& like) {
-  // Through a tensor conversion, which wraps integers like PyTorch's kernels
-  // do (int8 tensor * 300 multiplies by 44), unlike checked Scalar casts.
-  at::Scalar converted = at::scalar_tensor(value).to(dtype).item();
+  // The scalar starts in its own type (int64, double, complex double, bool),
+  // never the default float dtype, which would round 16777217 or 0.1. The
+  // tensor conversion then wraps integers like PyTorch's kernels do (int8
+  // tensor * 300 multiplies by 44), unlike checked Scalar casts.
+  at::Scalar converted =
+      at::scalar_tensor(value, at::TensorOptions().dtype(value.type())).to(dtype).item();
   at::Tensor t = at::empty({}, like.options().dtype(dtype));
   if (kernels().supports(Op::Fill, dtype)) {
     kernels().fill(toRef(t), converted, streamOf(t));
@@ -31,6 +35,16 @@ at::Tensor deviceScalar(const at::Scalar& value, c10::ScalarType dtype, const at
     t.copy_(at::scalar_tensor(converted, at::TensorOptions().dtype(dtype)));
   }
   return t;
+}
+
+// Raises, on the calling thread and with the CPU's message, when `value`
+// does not fit `dtype` (fill_ values, add's alpha): the kernel converts it
+// on the stream's worker, where an error would surface at some later call.
+void checkScalarFits(const at::Scalar& value, c10::ScalarType dtype) {
+  AT_DISPATCH_V2(dtype, "infini_check_scalar", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16,
+                 at::kComplexHalf, AT_EXPAND(AT_FLOAT8_TYPES),
+                 AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
 }
 
 bool isCpuScalar(const at::Tensor& t) { return t.is_cpu() && t.dim() == 0; }
@@ -77,39 +91,35 @@ bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
 
 bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
-// float16/bfloat16 multiplied by a CPU scalar: PyTorch computes in float
-// with the scalar unrounded (x * 1e5 with x = 1e-3 is 100, not inf), so the
-// scalar goes into Add's alpha, which the kernel applies in float:
-// x * s = 0 + s * x. (PyTorch's add rounds the scalar to the tensor's dtype
-// first, which the plain path below does too.)
-bool foldScalarIntoAlpha(Op op, const at::Tensor& self, const at::Tensor& other) {
-  if (op != Op::Mul) return false;
-  const bool scalar_other = isInfini(self) && isCpuScalar(other);
-  const bool scalar_self = isInfini(other) && isCpuScalar(self);
-  if (!(scalar_other || scalar_self)) return false;
-  const at::Tensor& tensor = scalar_other ? self : other;
-  return isReducedFloat(tensor.scalar_type()) &&
-         at::result_type(self, other) == tensor.scalar_type();
+// float16/bfloat16 times a CPU scalar on the right: PyTorch's CPU mul reads
+// that scalar unrounded in float (x * 1e5 with x = 1e-3 is 100, not inf),
+// which the seam's mulScalar does. A scalar on the left takes the generic
+// path on the CPU too (rounded to the tensor's dtype first).
+bool mulByScalarOperand(Op op, const at::Tensor& self, const at::Tensor& other) {
+  return op == Op::Mul && isInfini(self) && isCpuScalar(other) &&
+         isReducedFloat(self.scalar_type()) && at::result_type(self, other) == self.scalar_type();
 }
 
-// (zero, tensor, scalar): the Add operands and alpha computing tensor * scalar.
-std::tuple<at::Tensor, at::Tensor, at::Scalar> foldedOperands(const char* name,
-                                                              const at::Tensor& self,
-                                                              const at::Tensor& other) {
-  const bool scalar_other = isCpuScalar(other);
-  const at::Tensor& tensor = scalar_other ? self : other;
-  const double s = (scalar_other ? other : self).item().toDouble();
-  requireKernel(name, Op::Add, tensor.scalar_type());
-  return {deviceScalar(0, tensor.scalar_type(), tensor), tensor, s};
+at::Tensor mulScalarKernel(const char* name, const at::Tensor& out, const at::Tensor& self,
+                           const at::Tensor& other) {
+  requireKernel(name, Op::Mul, self.scalar_type());
+  if (out.defined()) {
+    checkInfiniTensor(name, "out", out);
+    checkSameDevice(self, out);
+    checkOutDtype(name, out, self.scalar_type());
+  }
+  const at::Scalar scalar = other.item();  // in its own type, unrounded
+  at::Tensor result = elementwiseOutput(out, {self});
+  if (result.numel() == 0) return result;
+  kernels().mulScalar(toRef(result), toRef(expandTo(self, result.sizes())), scalar,
+                      streamOf(result));
+  return result;
 }
 
 // Computes into `out` (undefined: a new tensor) and returns the result.
 at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
                         const at::Tensor& other, const at::Scalar& alpha) {
-  if (foldScalarIntoAlpha(op, self, other)) {
-    auto [zero, tensor, scalar] = foldedOperands(name, self, other);
-    return binaryKernel(name, Op::Add, out, zero, tensor, scalar);
-  }
+  if (mulByScalarOperand(op, self, other)) return mulScalarKernel(name, out, self, other);
   if (sameLayoutOperands(self, other) && (!out.defined() || sameLayoutOperands(out, self))) {
     // Fast path (most model code): same-shape dense operands and out= in
     // one layout, one dtype, one device. The result takes their geometry,
@@ -175,6 +185,9 @@ void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scala
               "Boolean alpha only supported for Boolean results.");
   TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || alpha.isIntegral(true),
               "For integral input tensors, argument alpha must not be a floating point number.");
+  // The kernel converts alpha to the result dtype; an alpha that does not
+  // fit raises here, as on the CPU, not later on a stream's worker.
+  checkScalarFits(alpha, dtype);
   // The kernel seam (like InfiniOps Add) carries alpha as a double.
   TORCH_CHECK_NOT_IMPLEMENTED(!alpha.isIntegral(false) || static_cast<int64_t>(static_cast<double>(
                                                               alpha.toLong())) == alpha.toLong(),
@@ -279,6 +292,7 @@ at::Tensor withoutBroadcastDims(const at::Tensor& t) {
 
 at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
   checkInfiniTensor("fill_", "self", self);
+  checkScalarFits(value, self.scalar_type());
   if (self.numel() == 0) return self;
   // Filling writes one value, so elements sharing memory are fine (as in
   // PyTorch); broadcast dimensions are filled once.

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/mul_native.h>
@@ -153,12 +154,6 @@ class HostKernels final : public KernelProvider {
         [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
           Aliases& al = aliases;  // one thread-local lookup for all three
           const at::Tensor& o = al(o_ref, 0);
-          if (o_ref.dtype == c10::ScalarType::Half || o_ref.dtype == c10::ScalarType::BFloat16) {
-            // Like InfiniOps: reduced precision computes in float with alpha
-            // unrounded (alpha may exceed the dtype's range, e.g. x * 1e5).
-            o.copy_(al(a_ref, 1).to(at::kFloat).add(al(b_ref, 2).to(at::kFloat), alpha));
-            return;
-          }
           const at::Tensor& a = al(a_ref, 1);
           const at::Tensor& b = al(b_ref, 2);
           OnViews<at::native::structured_ufunc_add_CPU> kernel(o, a, b);
@@ -180,6 +175,19 @@ class HostKernels final : public KernelProvider {
           kernel.impl(a, b, o);
         },
         out, a, b);
+  }
+
+  void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                 runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [scalar](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = aliases;
+          at::Tensor o = al(o_ref, 0);
+          // A wrapped number, exactly what `x * scalar` hands the CPU kernel.
+          at::mul_out(o, al(x_ref, 1), at::native::wrapped_scalar_tensor(scalar));
+        },
+        out, x);
   }
 
   void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,

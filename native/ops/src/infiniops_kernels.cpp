@@ -10,8 +10,12 @@
 #include <c10/util/Exception.h>
 #include <infini/ops.h>
 
+#include <cstdint>
+#include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_infini::ops {
@@ -116,6 +120,18 @@ bool linked(Op op) {
   return false;
 }
 
+// InfiniRT's CPU float -> float16 conversion (Float16::FromFloat at the
+// pinned commit) truncates the mantissa instead of rounding to nearest even:
+// 1.00146484 becomes 0x3c01 (PyTorch: 0x3c02), 65520 becomes 65504 (PyTorch:
+// inf). Every InfiniOps CPU kernel that computes in float and writes float16
+// (Add, Mul, Silu, Cast to float16) would be silently off, so float16 is not
+// offered there. Kernels whose float16 result is an input value unchanged
+// (Relu, a same-dtype Copy) are exact and stay.
+bool truncatesFloat16(Op op, DeviceType type, c10::ScalarType dtype) {
+  return type == DeviceType::kCpu && dtype == c10::ScalarType::Half && op != Op::Relu &&
+         op != Op::Copy;
+}
+
 class InfiniOpsKernels final : public KernelProvider {
  public:
   explicit InfiniOpsKernels(runtime::InfiniRtRuntime& runtime)
@@ -127,6 +143,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   bool supports(Op op, c10::ScalarType dtype) const override {
     if (!linked(op) || !implemented(op, type_) || !toInfini(dtype).has_value()) return false;
+    if (truncatesFloat16(op, type_, dtype)) return false;
     switch (op) {
       case Op::Copy:
       case Op::Cast:
@@ -180,6 +197,25 @@ class InfiniOpsKernels final : public KernelProvider {
     infini::ops::Mul::Call(handle(out, stream), config_, view(a), view(b), view(out));
 #else
     unavailable("mul");
+#endif
+  }
+
+  void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                 runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_ADD
+    // InfiniOps has no scalar multiply; Add computes a + alpha * b in float
+    // for float16/bfloat16 with alpha unrounded, so a = -0.0 (the additive
+    // identity that keeps the sign of a zero product) gives x * scalar.
+    TensorRef zero;
+    zero.data = negativeZero(out.device);
+    zero.dtype = out.dtype;
+    zero.device = out.device;
+    zero.sizes = out.sizes;
+    zero.strides.assign(out.sizes.size(), 0);
+    infini::ops::Add::Call(handle(out, stream), config_, view(zero), view(x), scalar.toDouble(),
+                           view(out));
+#else
+    unavailable("add");
 #endif
   }
 
@@ -252,6 +288,23 @@ class InfiniOpsKernels final : public KernelProvider {
                                InfiniDevice(type_, ref.device < 0 ? 0 : ref.device), strides);
   }
 
+  // One element of -0.0 in float16 and bfloat16 alike (bit pattern 0x8000)
+  // on `device`, written once and kept for the process's lifetime.
+  void* negativeZero(int device) {
+    std::lock_guard<std::mutex> lock(zeros_mutex_);
+    void*& ptr = negative_zeros_[device];
+    if (ptr == nullptr) {
+      runtime_.bind(device);
+      void* p = runtime_.malloc(device, sizeof(std::uint16_t));
+      TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr,
+                       "infiniops: out of memory for a 2-byte constant on device ", device);
+      const std::uint16_t bits = 0x8000;
+      runtime_.memcpy(p, &bits, sizeof(bits), runtime::MemcpyKind::HostToDevice);
+      ptr = p;
+    }
+    return ptr;
+  }
+
   [[noreturn]] void unavailable(const char* op) const {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "infiniops: operator ", op,
                                 " is not available for InfiniRT device type '", runtime_.name(),
@@ -262,6 +315,8 @@ class InfiniOpsKernels final : public KernelProvider {
   runtime::InfiniRtRuntime& runtime_;
   const DeviceType type_;
   infini::ops::Config config_;
+  std::mutex zeros_mutex_;
+  std::unordered_map<int, void*> negative_zeros_;
 };
 
 }  // namespace

@@ -40,7 +40,7 @@ enum class Op : uint8_t {
   Cast,     // strided copy converting between dtypes (both must be supported)
   Fill,     // dst[...] = value
   Add,      // out = a + alpha * b
-  Mul,      // out = a * b
+  Mul,      // out = a * b; also out = x * scalar (mulScalar)
   Gemm,     // out = alpha * a @ b, 2-D or batched 3-D
   Relu,     // out = max(x, 0)
   Silu,     // out = x * sigmoid(x)
@@ -71,6 +71,11 @@ class KernelProvider {
                    runtime::StreamHandle stream) = 0;
   virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
                    runtime::StreamHandle stream) = 0;
+  // out = x * scalar for float16/bfloat16 x (supported with Op::Mul), the
+  // scalar applied unrounded in float: PyTorch's CPU mul by a scalar operand
+  // (1e-3 * 1e5 is 100, not inf; -0.0 * 0.5 is -0.0).
+  virtual void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                         runtime::StreamHandle stream) = 0;
   // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
   // stride in one of the last two dimensions.
   virtual void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,

@@ -153,6 +153,18 @@ def _run(script: str, async_host: str, *, lazy_backend: bool = False) -> dict[st
     return json.loads(line.removeprefix("REPORT "))
 
 
+def _assert_child_refused(report: dict[str, Any]) -> None:
+    """A child forked after initialization raised CUDA's error, and did not hang."""
+    assert report["parent_initialized_before_fork"] is True, report
+    assert report["child_status"] != "hung", f"the forked child hung: {report}"
+    child = report["child"]
+    assert child is not None, report
+    assert child["bad_fork"] is True, child
+    assert child["error"] == "RuntimeError", child
+    assert BAD_FORK_MESSAGE in child["message"], child
+    _assert_parent_fine(report)
+
+
 def _assert_parent_fine(report: dict[str, Any]) -> None:
     assert report["parent_bad_fork_after"] is False, report
     assert report["parent_values_ok"] is True, report
@@ -163,14 +175,7 @@ def _assert_parent_fine(report: dict[str, Any]) -> None:
 def test_fork_after_init_child_raises_instead_of_hanging(use: str, async_host: str) -> None:
     script = _OS_FORK_SCRIPT.format(init_first=True, use=CHILD_USES[use], deadline=CHILD_DEADLINE_S)
     report = _run(script, async_host)
-    assert report["parent_initialized_before_fork"] is True, report
-    assert report["child_status"] != "hung", f"the forked child hung: {report}"
-    child = report["child"]
-    assert child is not None, report
-    assert child["bad_fork"] is True, child
-    assert child["error"] == "RuntimeError", child
-    assert BAD_FORK_MESSAGE in child["message"], child
-    _assert_parent_fine(report)
+    _assert_child_refused(report)
 
 
 @ASYNC_MODES
@@ -190,14 +195,7 @@ def test_fork_before_init_child_uses_infini(async_host: str) -> None:
 @ASYNC_MODES
 def test_multiprocessing_fork_after_init_child_raises(async_host: str) -> None:
     report = _run(_MP_FORK_SCRIPT.format(init_first=True, deadline=CHILD_DEADLINE_S), async_host)
-    assert report["parent_initialized_before_fork"] is True, report
-    assert report["child_status"] != "hung", f"the forked child hung: {report}"
-    child = report["child"]
-    assert child is not None, report
-    assert child["bad_fork"] is True, child
-    assert child["error"] == "RuntimeError", child
-    assert BAD_FORK_MESSAGE in child["message"], child
-    _assert_parent_fine(report)
+    _assert_child_refused(report)
 
 
 @ASYNC_MODES

@@ -1,10 +1,17 @@
 // rms_norm (torch.nn.functional.rms_norm, nn.RMSNorm) over one normalized
 // dimension, 2-D and 3-D inputs, through the kernel seam's RmsNorm.
 //
-// Registered as aten::rms_norm for PrivateUse1, so the CPU-style
-// decomposition never runs on infini. Backward is not provided: autograd
-// reports rms_norm as not differentiable on infini when asked for gradients.
+// aten::rms_norm is CompositeImplicitAutograd: it has no derivative formula
+// of its own, so a PrivateUse1 kernel alone would leave autograd with no
+// graph at all (inputs silently without gradients). Its AutogradPrivateUse1
+// kernel therefore runs the native kernel only when no gradient is needed,
+// and otherwise PyTorch's own differentiable decomposition, whose operators
+// each carry their derivative (or raise NotImplementedError naming an
+// operator infini lacks): a gradient is right or refused, never missing.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -55,7 +62,32 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
   return out;
 }
 
+bool needsGradient(const at::Tensor& input, const std::optional<at::Tensor>& weight) {
+  return at::GradMode::is_enabled() &&
+         (input.requires_grad() ||
+          (weight.has_value() && weight->defined() && weight->requires_grad()));
+}
+
+at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                             const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  if (needsGradient(input, weight)) {
+    // PyTorch's decomposition, dispatched with autograd still active.
+    try {
+      return at::compositeimplicitautograd::rms_norm_symint(input, normalized_shape, weight, eps);
+    } catch (const c10::NotImplementedError& e) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false,
+                                  "rms_norm: with requires_grad=True, infini runs PyTorch's "
+                                  "differentiable decomposition of rms_norm, which needs an "
+                                  "operator infini does not have yet: ",
+                                  e.what_without_backtrace());
+    }
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  return at::rms_norm_symint(input, normalized_shape, weight, eps);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("rms_norm", rms_norm); }
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", rms_norm_autograd); }
 
 }  // namespace
 }  // namespace torch_infini::ops

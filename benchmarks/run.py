@@ -136,6 +136,46 @@ def elementwise_cases(scale: float) -> list[Case]:
     return cases
 
 
+def fallback_cases(scale: float) -> list[Case]:
+    """atan2, an operator no open issue makes native: the CPU fallback's cost.
+
+    Where device memory is host memory the fallback runs the CPU kernel on it
+    in place, so the check also demands 0 bytes copied.
+    """
+    host_addressable = bool(torch_infini._C._capabilities()["host_addressable"])
+
+    def served_in_place(run: Callable[[], torch.Tensor], want: torch.Tensor) -> bool:
+        torch_infini.cpu_fallback.reset_stats()
+        with torch_infini.cpu_fallback.allowed("silent"):
+            got = run()
+        stats = torch_infini.cpu_fallback.stats()
+        copied = sum(s.bytes_copied for s in stats.values())
+        return bool(stats) and close(got, want) and (copied == 0 or not host_addressable)
+
+    cases = []
+    for name, n, iters, target in [
+        ("fallback: atan2 1 element", 1, 20000, "<= 1.3"),
+        ("fallback: atan2 1e3", 1000, 20000, "<= 1.3"),
+        ("fallback: atan2 1e6", 1_000_000, 100, "<= 1.1"),
+    ]:
+        a, b = torch.randn(n), torch.randn(n)
+        da, db = a.to(DEVICE), b.to(DEVICE)
+        cases.append(
+            Case(
+                name,
+                "time",
+                target,
+                lambda a=a, b=b: torch.atan2(a, b),
+                lambda da=da, db=db: torch.atan2(da, db),
+                lambda a=a, b=b, da=da, db=db: served_in_place(
+                    lambda: torch.atan2(da, db), torch.atan2(a, b)
+                ),
+                max(1, int(iters * scale)),
+            )
+        )
+    return cases
+
+
 def matmul_cases(scale: float) -> list[Case]:
     cases = []
     for n, iters in [(256, 200), (1024, 5)]:
@@ -313,6 +353,7 @@ def view_case(scale: float) -> Case:
 def all_cases(scale: float) -> list[Case]:
     return [
         *elementwise_cases(scale),
+        *fallback_cases(scale),
         *matmul_cases(scale),
         mlp_case(scale),
         *copy_cases(scale),
@@ -344,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    torch_infini.cpu_fallback.set_mode("silent")  # the fallback cases are measured, not warned
     scale = 0.05 if args.quick else 1.0
     rounds = 2 if args.quick else args.rounds
     print(

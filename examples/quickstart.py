@@ -64,6 +64,8 @@ def main() -> int:
     print(f"model: 4 x (RMSNorm + gated MLP 256->688->256), input {tuple(x.shape)}")
     print(f"agreement with CPU: max |diff| = {max_err:.3e} -> {'ok' if ok else 'MISMATCH'}")
     print(f"forward time: infini {dev_ms:.2f} ms, CPU {cpu_ms:.2f} ms")
+    fell_back = torch_infini.cpu_fallback.summary()
+    print("ran on the CPU (fallback):", f"\n{fell_back}" if fell_back else "nothing")
     return 0 if ok else 1
 
 

@@ -133,10 +133,19 @@ def opinfos_for(name: AtenName, op_db: Sequence[Any]) -> list[Any]:
 
     ``aten::add_.Tensor`` -> ``add``; ``aten::relu.out`` -> ``nn.functional.relu``;
     ``aten::zero_`` -> ``zero_``. Overloads and variants share their root's
-    entries (the variant is exercised through the entry).
+    entries (the variant is exercised through the entry); an entry whose
+    aten_name names another operator is left out.
     """
     candidates = {name.base, name.root, f"nn.functional.{name.root}"}
-    return [op for op in op_db if op.name in candidates or op.aten_name in candidates]
+    aten_names = {name.base, name.root}
+    # An entry whose aten_name is another operator runs that one instead
+    # (nn.functional.unfold is im2col, not aten::unfold).
+    return [
+        op
+        for op in op_db
+        if (op.name in candidates or op.aten_name in candidates)
+        and (op.aten_name is None or op.aten_name in aten_names or op.aten_name == op.name)
+    ]
 
 
 # ---------------------------------------------------------------- coverage

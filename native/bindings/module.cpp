@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "torch_infini/ops/cpu_fallback.h"
 #include "torch_infini/ops/operator_table.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
@@ -68,6 +69,23 @@ NB_MODULE(_C, m) {
   m.def("_requested_backend", &rt::requestedBackend);
   m.def("_is_initialized", &rt::isInitialized);
   m.def("_is_in_bad_fork", &rt::isInBadFork);
+
+  // The CPU fallback's policy (state in C++; torch_infini.cpu_fallback).
+  namespace ops = torch_infini::ops;
+  m.def("_fallback_mode", [] { return std::string(ops::fallbackModeName(ops::fallbackMode())); });
+  m.def("_set_fallback_mode",
+        [](const std::string& mode) { ops::setFallbackMode(ops::parseFallbackMode(mode)); });
+  m.def("_fallback_allowed", &ops::fallbackAllowed);
+  m.def("_set_fallback_allowed", &ops::setFallbackAllowed);
+  m.def("_fallback_denied", &ops::fallbackDenied);
+  m.def("_set_fallback_denied", &ops::setFallbackDenied);
+  m.def("_fallback_stats", [] {
+    nb::dict result;
+    for (const auto& [name, s] : ops::fallbackStats())
+      result[nb::str(name.c_str())] = nb::make_tuple(s.calls, s.seconds, s.bytes_copied);
+    return result;
+  });
+  m.def("_reset_fallback_stats", &ops::resetFallbackStats);
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);
@@ -79,6 +97,7 @@ NB_MODULE(_C, m) {
     d["event_timing"] = c.event_timing;
     d["pinned_host"] = c.pinned_host;
     d["async_malloc"] = c.async_malloc;
+    d["host_addressable"] = c.host_addressable;
     return d;
   });
 

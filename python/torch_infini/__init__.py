@@ -48,6 +48,10 @@ from . import _printing  # noqa: E402
 
 _printing.install()
 
+from . import cpu_fallback  # noqa: E402
+
+cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
+
 from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402
 from ._build_info import TORCH_VERSION as built_torch_version  # noqa: E402
 from ._build_info import VERSION as __version__  # noqa: E402
@@ -55,6 +59,7 @@ from ._operators import OperatorInfo, operators, supported_dtypes  # noqa: E402
 
 __all__ = [
     "OperatorInfo",
+    "cpu_fallback",
     "backend",
     "built_torch_version",
     "compiled_backends",

@@ -8,23 +8,36 @@ backend (1 or 2 host devices, inline or asynchronous streams, InfiniRT).
 
 The profile and operator-coverage logic lives in the repository's tools/
 directory (shared with the report tools), which is put on sys.path here.
+
+Every test runs with the CPU fallback's default policy, except tests marked
+``fallback_off``: they assert a refusal and run inside
+``torch_infini.cpu_fallback.strict()``. No test may leave the mode changed.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch_infini  # noqa: F401  (registers the infini device)
+import torch_infini  # registers the infini device
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = REPO_ROOT / "tools"
 if str(TOOLS_DIR) not in sys.path:
     sys.path.insert(0, str(TOOLS_DIR))
+
+FALLBACK_OFF_REASON = (
+    "runs with the CPU fallback off (torch_infini.cpu_fallback.strict()): asserts a refusal"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"fallback_off: {FALLBACK_OFF_REASON}")
 
 
 def _device_modules() -> list[Any]:
@@ -54,3 +67,21 @@ def _restore_device_state() -> Iterator[None]:
         module.set_device(device)
         for index in range(len(streams)):
             module.synchronize(index)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_fallback_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``fallback_off`` tests run in a strict region; no test may leave the mode changed.
+
+    Only the mode is checked (and put back after a failure, so one leak does
+    not fail every later test); allow/deny lists and stats are left alone.
+    """
+    before = torch_infini.cpu_fallback.mode()
+    strict = request.node.get_closest_marker("fallback_off") is not None
+    expected = "off" if strict else before
+    with torch_infini.cpu_fallback.strict() if strict else nullcontext():
+        yield
+        left = torch_infini.cpu_fallback.mode()
+    if left != expected:
+        torch_infini.cpu_fallback.set_mode(before)
+        pytest.fail(f"the test changed the CPU fallback mode from {expected!r} to {left!r}")

@@ -13,8 +13,12 @@ OpInfo supports on CPU runs the operator's variant (function, in-place or
   tensors (a mapping that exercises something else fails).
 
 Per operator, one dtype CPU supports but the backend does not declare must
-raise NotImplementedError. Operators without an op_db entry are listed
-explicitly below, so a new one shows up.
+raise NotImplementedError with the CPU fallback off, and with the fallback on
+give exactly the CPU's result, computed by the fallback. Operators without an
+op_db entry are listed explicitly below, so a new one shows up.
+
+Everything else runs with the fallback's default policy, so a sample infini's
+kernel refuses runs on the CPU and is compared like any other result.
 """
 
 from __future__ import annotations
@@ -253,6 +257,7 @@ def test_operator_matches_cpu(case: OpCase, record_property: Any) -> None:
     )
 
 
+@pytest.mark.fallback_off
 @pytest.mark.parametrize("case", _params(_UNDECLARED))
 def test_undeclared_dtype_is_refused(case: OpCase) -> None:
     """A dtype the backend does not declare raises NotImplementedError, never a result."""
@@ -272,6 +277,64 @@ def test_undeclared_dtype_is_refused(case: OpCase) -> None:
         )
         refused += 1
     assert refused > 0, f"no sample of {opinfo_id(case.opinfo)} in {case.dtype} applies"
+
+
+_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The stored bit patterns of a CPU tensor's values (-0.0 is not 0.0, NaN payloads count)."""
+    t = t.resolve_conj().resolve_neg()
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t)
+    if t.dtype.is_floating_point:
+        t = t.view(_SAME_WIDTH_INT[t.element_size()])
+    return t
+
+
+def _compare_bitwise(got: Any, expected: Any, what: _Where) -> None:
+    """``got`` is ``expected`` on infini, bit for bit: the fallback ran the CPU's own kernel."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{what}: got {type(got).__name__}"
+        assert got.device.type == "infini", f"{what}: result on {got.device}, expected infini"
+        got = got.cpu()
+        assert (got.shape, got.dtype) == (expected.shape, expected.dtype), (
+            f"{what}: {tuple(got.shape)} {got.dtype} != {tuple(expected.shape)} {expected.dtype}"
+        )
+        assert torch.equal(_bits(got), _bits(expected)), f"{what}: not bit for bit the CPU's"
+    elif isinstance(expected, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(expected), what
+        for g, e in zip(got, expected, strict=True):
+            _compare_bitwise(g, e, what)
+    else:
+        assert got == expected, f"{what}: {got!r} != {expected!r}"
+
+
+@pytest.mark.parametrize("case", _params(_UNDECLARED))
+def test_undeclared_dtype_falls_back_to_the_cpu(case: OpCase) -> None:
+    """With the fallback on, a dtype the backend does not declare gives the CPU's result."""
+    compared = 0
+    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
+        try:
+            expected, expected_returned = _call(case, CPU, sample)
+        except _HARNESS_ERRORS:
+            raise
+        except Exception:
+            continue  # not a valid sample for CPU either
+        calls_before = torch_infini.cpu_fallback.stats().get(case.operator)
+        with torch_infini.cpu_fallback.allowed("silent"):
+            got, got_returned = _call(case, INFINI, sample, expected)
+        calls_after = torch_infini.cpu_fallback.stats().get(case.operator)
+        what = _Where(case, index, sample)
+        assert calls_after is not None and calls_after.calls > (
+            calls_before.calls if calls_before else 0
+        ), f"{what}: {case.operator} did not run through the CPU fallback"
+        _compare_bitwise(got, expected, what)
+        if case.name.variant != "function":
+            _compare_bitwise(got_returned, expected_returned, _Where(case, index, sample, " (ret)"))
+        compared += 1
+    assert compared > 0, f"no sample of {opinfo_id(case.opinfo)} in {case.dtype} applies"
 
 
 def test_every_registered_operator_has_cases_or_is_listed() -> None:

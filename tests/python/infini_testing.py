@@ -16,6 +16,9 @@ TWO_DEVICES_REASON = "needs 2 infini devices (set TORCH_INFINI_HOST_DEVICES=2)"
 ASYNC_HOST_REASON = (
     "needs truly asynchronous streams: the 'host' backend with TORCH_INFINI_HOST_ASYNC=1"
 )
+FALLBACK_OFF_REASON = (
+    "runs with the CPU fallback off (torch_infini.cpu_fallback.strict()): asserts a refusal"
+)
 
 
 def has_two_devices() -> bool:
@@ -28,6 +31,9 @@ def has_async_host() -> bool:
 
 requires_two_devices = pytest.mark.requires_two_devices
 requires_async_host = pytest.mark.requires_async_host
+# A test asserting a refusal (NotImplementedError for an operator, dtype or
+# shape without an infini kernel): conftest.py runs it in a strict region.
+fallback_off = pytest.mark.fallback_off
 
 
 def invalid_device_index() -> int:

@@ -169,17 +169,23 @@ def expect_kernel(op: str, dtype: torch.dtype) -> Iterator[bool]:
     """Wraps a block that runs infini's ``op`` on ``dtype`` and checks the result.
 
     Where the backend has the kernel (``kernel_dtypes``) the block runs as it
-    is (yields True). Where it deliberately has none, the block's first infini
-    call of ``op`` must raise exactly NotImplementedError naming the dtype and
-    the kernel; the rest of the block is skipped (yields False). Never a skip:
-    a refusal is asserted like a result.
+    is (yields True). Where it deliberately has none, the block runs with the
+    CPU fallback off and its first infini call of ``op`` must raise exactly
+    NotImplementedError naming the dtype and the kernel; the rest of the block
+    is skipped (yields False). Never a skip: a refusal is asserted like a
+    result (test_cpu_fallback.py checks what the fallback computes instead).
     """
     if dtype in kernel_dtypes(op):
         yield True
         return
     name = _C10_NAMES.get(dtype, str(dtype))
     message = f"dtype {name} is not supported on infini by the 'infiniops' kernel provider"
-    with raises_exactly(NotImplementedError, match=re.escape(f"{message} ({op} kernel)")):
+    # With the CPU fallback on, the call would run on the CPU: the refusal
+    # itself is what this block asserts, so the fallback is off here.
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(NotImplementedError, match=re.escape(f"{message} ({op} kernel)")),
+    ):
         yield False
 
 

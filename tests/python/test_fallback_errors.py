@@ -1,5 +1,10 @@
-"""Operators without an infini kernel raise NotImplementedError; nothing runs on the CPU behind
-the user's back and nothing is written."""
+"""With the CPU fallback off, operators without an infini kernel raise NotImplementedError;
+nothing runs on the CPU behind the user's back and nothing is written.
+
+Every test here runs in ``torch_infini.cpu_fallback.strict()`` (the ``fallback_off``
+marker), except where a test opens an allowed region itself: with the fallback on, the
+same calls return exactly what the CPU returns, on the infini device.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,10 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch_infini
-from op_helpers import DEVICE, KERNEL_DTYPES, pair
+from infini_testing import fallback_off
+from op_helpers import DEVICE, KERNEL_DTYPES, assert_matches, pair
+
+pytestmark = fallback_off
 
 # Operators with a kernel (op_helpers.KERNEL_DTYPES); everything else goes
 # to the fallback tested here.
@@ -55,6 +63,16 @@ def test_unsupported_operator_raises(case: str) -> None:
     assert torch.equal(x.cpu(), x_cpu)  # the input is untouched
 
 
+@pytest.mark.parametrize("case", list(UNSUPPORTED), ids=str)
+def test_unsupported_operator_falls_back_to_the_cpu(case: str) -> None:
+    call, _ = UNSUPPORTED[case]
+    x_cpu, x = pair((3, 4), torch.float32, seed=1)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = call(x)
+    assert_matches(result, call(x_cpu), exact=True)
+    assert_matches(x, x_cpu, exact=True)  # the input is untouched
+
+
 INPLACE_AND_OUT: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], str]] = {
     "exp_": (lambda x, out: x.exp_(), "exp"),
     "sub_": (lambda x, out: x.sub_(out), "sub"),
@@ -80,6 +98,21 @@ def test_nothing_is_written(case: str) -> None:
     assert x.device.type == "infini" and out.device.type == "infini"
 
 
+@pytest.mark.parametrize("case", list(INPLACE_AND_OUT), ids=str)
+def test_inplace_and_out_fall_back_to_the_cpu(case: str) -> None:
+    call, _ = INPLACE_AND_OUT[case]
+    x_cpu, x = pair((3, 4), torch.float32, seed=2)
+    out_cpu, out = pair((3, 4), torch.float32, seed=3)
+    expected = call(x_cpu, out_cpu)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = call(x, out)
+    assert isinstance(result, torch.Tensor) and isinstance(expected, torch.Tensor)
+    assert_matches(result, expected, exact=True)
+    # written into the given infini tensors (the views of out included)
+    assert_matches(x, x_cpu, exact=True)
+    assert_matches(out, out_cpu, exact=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
 def test_unsupported_for_every_dtype(dtype: torch.dtype) -> None:
     x = torch.ones(4, dtype=dtype, device=DEVICE)
@@ -89,8 +122,18 @@ def test_unsupported_for_every_dtype(dtype: torch.dtype) -> None:
         _check_message(str(excinfo.value), operator)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_every_dtype_falls_back_to_the_cpu(dtype: torch.dtype) -> None:
+    x_cpu = torch.arange(4).to(dtype)
+    x = x_cpu.to(DEVICE)
+    for call, _ in (UNSUPPORTED["sum"], UNSUPPORTED["cat"], UNSUPPORTED["sub"]):
+        with torch_infini.cpu_fallback.allowed("silent"):
+            result = call(x)
+        assert_matches(result, call(x_cpu), exact=True)
+
+
 def test_message_tells_how_to_run_it_on_the_cpu() -> None:
     with pytest.raises(NotImplementedError) as excinfo:
         torch.ones(2, device=DEVICE).sum()
-    assert ".cpu()" in str(excinfo.value)
-    assert "fall back" in str(excinfo.value)
+    assert "TORCH_INFINI_CPU_FALLBACK=warn" in str(excinfo.value)
+    assert "move the tensors to the CPU" in str(excinfo.value)

@@ -1,12 +1,19 @@
-"""Small nn.Modules built only from operators with infini kernels, against the CPU oracle."""
+"""Small nn.Modules built only from operators with infini kernels, against the CPU oracle.
+
+Modules with an operator infini has no kernel for name it with the CPU fallback off, and run
+it on the CPU with the fallback on.
+"""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_infini
+from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
     KERNEL_DTYPES,
@@ -204,12 +211,17 @@ class GeluMLP(MLP):
         self.act = nn.GELU()
 
 
-@pytest.mark.parametrize(
-    ("factory", "operator"),
-    [(TanhMLP, "tanh"), (SubResidual, "sub"), (GeluMLP, "gelu")],
-    ids=["tanh", "sub", "gelu"],
-)
-def test_unsupported_operator_in_a_model_names_it(factory: type[nn.Module], operator: str) -> None:
+UNSUPPORTED_MODELS: dict[str, tuple[type[nn.Module], str]] = {
+    "tanh": (TanhMLP, "tanh"),
+    "sub": (SubResidual, "sub"),
+    "gelu": (GeluMLP, "gelu"),
+}
+
+
+@fallback_off
+@pytest.mark.parametrize("name", list(UNSUPPORTED_MODELS), ids=str)
+def test_unsupported_operator_in_a_model_names_it(name: str) -> None:
+    factory, operator = UNSUPPORTED_MODELS[name]
     model = factory().to(DEVICE)
     x = torch.ones(2, 8, device=DEVICE)
     with torch.no_grad(), pytest.raises(NotImplementedError) as excinfo:
@@ -219,9 +231,32 @@ def test_unsupported_operator_in_a_model_names_it(factory: type[nn.Module], oper
     assert "no infini kernel" in message
 
 
+@pytest.mark.parametrize("name", list(UNSUPPORTED_MODELS), ids=str)
+def test_unsupported_operator_in_a_model_falls_back_to_the_cpu(name: str) -> None:
+    model = _seeded(UNSUPPORTED_MODELS[name][0](), seed=20)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result, expected = _run_both(model, make_cpu((2, 8), torch.float32, seed=21))
+    # the biased Linear layers are native (BIASED_TOL); the fallback operator is the CPU's
+    assert_matches(result, expected, **BIASED_TOL)
+
+
+COMPOSED: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
+    "sub": (lambda x: torch.sub(x, x), "aten::sub"),
+    "tanh": (torch.tanh, "aten::tanh"),
+}
+
+
+@fallback_off
 def test_composed_ops_name_the_operator() -> None:
     x = torch.ones(2, 3, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="aten::sub"):
-        torch.sub(x, x)
-    with pytest.raises(NotImplementedError, match="aten::tanh"):
-        torch.tanh(x)
+    for call, operator in COMPOSED.values():
+        with pytest.raises(NotImplementedError, match=operator):
+            call(x)
+
+
+def test_composed_ops_fall_back_to_the_cpu() -> None:
+    x_cpu = make_cpu((2, 3), torch.float32, seed=22)
+    for call, _ in COMPOSED.values():
+        with torch_infini.cpu_fallback.allowed("silent"):
+            result = call(x_cpu.to(DEVICE))
+        assert_matches(result, call(x_cpu), exact=True)

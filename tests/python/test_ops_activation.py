@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_infini
+from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
     FLOAT_DTYPES,
@@ -193,7 +196,12 @@ def test_out_non_contiguous(op: str) -> None:
     assert_matches(base, base_cpu)
 
 
-@pytest.mark.parametrize("dtype", INT_DTYPES + (torch.bool, torch.complex64), ids=str)
+SILU_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
+RELU_REFUSED_DTYPES = (torch.bool, torch.complex64)
+
+
+@fallback_off
+@pytest.mark.parametrize("dtype", SILU_REFUSED_DTYPES, ids=str)
 def test_silu_refused(dtype: torch.dtype) -> None:
     assert dtype not in KERNEL_DTYPES["silu"]
     _, x = pair((3,), dtype)
@@ -204,7 +212,8 @@ def test_silu_refused(dtype: torch.dtype) -> None:
     assert torch.equal(x.cpu(), before)
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64], ids=str)
+@fallback_off
+@pytest.mark.parametrize("dtype", RELU_REFUSED_DTYPES, ids=str)
 def test_relu_refused(dtype: torch.dtype) -> None:
     assert dtype not in KERNEL_DTYPES["relu"]
     _, x = pair((3,), dtype)
@@ -215,12 +224,53 @@ def test_relu_refused(dtype: torch.dtype) -> None:
         torch.relu(torch.ones(3, dtype=dtype, device=DEVICE))
 
 
+def _falls_back_like_the_cpu(fn: UnaryFn, x_cpu: torch.Tensor, x: torch.Tensor) -> None:
+    """``fn(x)`` with the fallback on gives the CPU's result (and writes), or raises its error."""
+    try:
+        expected = fn(x_cpu)
+    except (NotImplementedError, RuntimeError) as cpu_error:  # the CPU has no kernel either
+        with torch_infini.cpu_fallback.allowed("silent"):
+            with raises_exactly(type(cpu_error), match=re.escape(str(cpu_error))):
+                fn(x)
+        assert_matches(x, x_cpu, exact=True)
+        return
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = fn(x)
+    assert_matches(result, expected, exact=True)
+    assert_matches(x, x_cpu, exact=True)  # in-place variants write the infini input
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [("silu", d) for d in SILU_REFUSED_DTYPES] + [("relu", d) for d in RELU_REFUSED_DTYPES],
+    ids=str,
+)
+def test_refused_dtypes_fall_back_to_the_cpu(op: str, dtype: torch.dtype) -> None:
+    inplace = torch.ops.aten.silu_ if op == "silu" else torch.relu_
+    functional = F.silu if op == "silu" else torch.relu
+    for fn in (functional, inplace, _out(op)):
+        _falls_back_like_the_cpu(fn, *pair((3,), dtype))
+
+
+@fallback_off
 @pytest.mark.parametrize("op", ["relu", "silu"])
 def test_out_dtype_mismatch_refused(op: str) -> None:
     x = torch.ones(3, device=DEVICE)
     overload = getattr(torch.ops.aten, op).out
     with pytest.raises(NotImplementedError, match=f"{op}.out: .*type promotion is not supported"):
         overload(x, out=torch.empty(3, dtype=torch.float64, device=DEVICE))
+
+
+@pytest.mark.parametrize("op", ["relu", "silu"])
+def test_out_dtype_mismatch_falls_back_to_the_cpu(op: str) -> None:
+    overload = getattr(torch.ops.aten, op).out
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(3, dtype=torch.float64, device=x.device)
+        assert overload(x, out=out) is out
+        return out
+
+    _falls_back_like_the_cpu(run, *pair((3,), torch.float32, seed=7))
 
 
 @pytest.mark.parametrize("op", ["relu", "silu"])

@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
+import torch_infini
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
     FLOAT_DTYPES,
@@ -139,6 +141,7 @@ def test_dtype_table(op: str, dtype: torch.dtype, variant: str) -> None:
     assert_matches(b, b_cpu, exact=True)
 
 
+@fallback_off
 @pytest.mark.parametrize("variant", ["function", "inplace", "out"])
 @pytest.mark.parametrize("op", ["add", "mul"])
 @pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
@@ -151,6 +154,20 @@ def test_bool_and_complex_refused(op: str, dtype: torch.dtype, variant: str) -> 
         _run_variant(variant, op, a, b)
     torch.infini.synchronize()
     assert torch.equal(a.cpu(), before)
+
+
+@pytest.mark.parametrize("variant", ["function", "inplace", "out"])
+@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+def test_bool_and_complex_fall_back_to_the_cpu(op: str, dtype: torch.dtype, variant: str) -> None:
+    a_cpu, a = pair((3, 4), dtype, seed=1)
+    b_cpu, b = pair((3, 4), dtype, seed=2)
+    expected, _ = _run_variant(variant, op, a_cpu, b_cpu)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result, holder = _run_variant(variant, op, a, b)
+    assert_matches(result, expected, exact=True)
+    assert_matches(holder, expected, exact=True)
+    assert_matches(a, a_cpu, exact=True)  # in-place ran on a clone
 
 
 # ------------------------------------------------------------ shapes, broadcasting
@@ -335,6 +352,7 @@ def test_out_of_range_python_scalar_wraps_as_pytorch() -> None:
             assert_matches(fn(x, value), fn(x_cpu, value), exact=True)
 
 
+@fallback_off
 def test_int64_alpha_is_exact_or_refused() -> None:
     # The add kernel (like InfiniOps Add) takes alpha as a double: integer
     # alphas up to 2**53 are exact, larger ones are refused, never rounded.
@@ -348,6 +366,19 @@ def test_int64_alpha_is_exact_or_refused() -> None:
     assert_matches(c, a_cpu.clone().add_(b_cpu, alpha=-exact), exact=True)
     with pytest.raises(NotImplementedError, match="not exactly representable"):
         torch.add(a, b, alpha=2**53 + 1)
+
+
+@pytest.mark.parametrize("alpha", [2**53 + 1, -(2**53 + 1), 2**62 + 1], ids=str)
+def test_int64_alpha_beyond_2_53_falls_back_to_the_cpu(alpha: int) -> None:
+    a_cpu = torch.tensor([0, 1, -1], dtype=torch.int64)
+    b_cpu = torch.tensor([1, 1, 3], dtype=torch.int64)
+    a, b = a_cpu.to(DEVICE), b_cpu.to(DEVICE)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = torch.add(a, b, alpha=alpha)
+        c = a.clone()
+        c.add_(b, alpha=alpha)
+    assert_matches(result, torch.add(a_cpu, b_cpu, alpha=alpha), exact=True)
+    assert_matches(c, a_cpu.clone().add_(b_cpu, alpha=alpha), exact=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
@@ -620,45 +651,45 @@ def test_property_scalar_operands(
 
 # ------------------------------------------------------------ type promotion
 
-PROMOTIONS: dict[str, Callable[[], torch.Tensor]] = {
-    "float32 + float64": lambda: (
-        torch.ones(3, device=DEVICE) + torch.ones(3, dtype=torch.float64, device=DEVICE)
+
+def _operand(dtype: torch.dtype, device: str, seed: int = 30) -> torch.Tensor:
+    return make_cpu((3,), dtype, seed=seed).to(device)
+
+
+# Mixed dtypes: the native kernels refuse them (no type promotion on infini).
+PROMOTIONS: dict[str, Callable[[str], torch.Tensor]] = {
+    "float32 + float64": lambda d: _operand(torch.float32, d) + _operand(torch.float64, d, 31),
+    "float16 * float32": lambda d: _operand(torch.float16, d) * _operand(torch.float32, d, 31),
+    "int32 + int64": lambda d: _operand(torch.int32, d) + _operand(torch.int64, d, 31),
+    "uint8 * int8": lambda d: _operand(torch.uint8, d) * _operand(torch.int8, d, 31),
+    "int tensor * 0.5": lambda d: _operand(torch.int32, d) * 0.5,
+    "int tensor + cpu 0-dim float": lambda d: _operand(torch.int64, d) + torch.tensor(0.5),
+    "int64 + float32": lambda d: _operand(torch.int64, d) + _operand(torch.float32, d, 31),
+    "add out float64": lambda d: torch.add(
+        _operand(torch.float32, d),
+        _operand(torch.float32, d, 31),
+        out=torch.empty(3, dtype=torch.float64, device=d),
     ),
-    "float16 * float32": lambda: (
-        torch.ones(3, dtype=torch.float16, device=DEVICE) * torch.ones(3, device=DEVICE)
-    ),
-    "int32 + int64": lambda: (
-        torch.ones(3, dtype=torch.int32, device=DEVICE)
-        + torch.ones(3, dtype=torch.int64, device=DEVICE)
-    ),
-    "uint8 * int8": lambda: (
-        torch.ones(3, dtype=torch.uint8, device=DEVICE)
-        * torch.ones(3, dtype=torch.int8, device=DEVICE)
-    ),
-    "int tensor * 0.5": lambda: torch.ones(3, dtype=torch.int32, device=DEVICE) * 0.5,
-    "int tensor + cpu 0-dim float": lambda: (
-        torch.ones(3, dtype=torch.int64, device=DEVICE) + torch.tensor(0.5)
-    ),
-    "int64 + float32": lambda: (
-        torch.ones(3, dtype=torch.int64, device=DEVICE) + torch.ones(3, device=DEVICE)
-    ),
-    "add out float64": lambda: torch.add(
-        torch.ones(3, device=DEVICE),
-        torch.ones(3, device=DEVICE),
-        out=torch.empty(3, dtype=torch.float64, device=DEVICE),
-    ),
-    "mul out int32": lambda: torch.mul(
-        torch.ones(3, dtype=torch.int16, device=DEVICE),
-        torch.ones(3, dtype=torch.int16, device=DEVICE),
-        out=torch.empty(3, dtype=torch.int32, device=DEVICE),
+    "mul out int32": lambda d: torch.mul(
+        _operand(torch.int16, d),
+        _operand(torch.int16, d, 31),
+        out=torch.empty(3, dtype=torch.int32, device=d),
     ),
 }
 
 
+@fallback_off
 @pytest.mark.parametrize("case", list(PROMOTIONS), ids=str)
 def test_type_promotion_refused(case: str) -> None:
     with pytest.raises(NotImplementedError, match="promotion"):
-        PROMOTIONS[case]()
+        PROMOTIONS[case](DEVICE)
+
+
+@pytest.mark.parametrize("case", list(PROMOTIONS), ids=str)
+def test_type_promotion_falls_back_to_the_cpu(case: str) -> None:
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = PROMOTIONS[case](DEVICE)
+    assert_matches(result, PROMOTIONS[case]("cpu"), exact=True)
 
 
 def test_integer_alpha_rules_as_pytorch() -> None:

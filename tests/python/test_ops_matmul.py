@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_infini
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
     KERNEL_DTYPES,
     ViewFn,
     assert_matches,
     identity,
+    make_cpu,
     pair,
     raises_exactly,
     requires_two_devices,
@@ -300,9 +304,13 @@ def test_linear_is_addmm_with_transposed_weight() -> None:
 REFUSED_DTYPES = (torch.float64, torch.float16, torch.bfloat16, torch.int32)
 
 
-def _matmul_calls(dtype: torch.dtype) -> dict[str, Callable[[], torch.Tensor]]:
+def _matmul_calls(
+    dtype: torch.dtype, device: str = DEVICE
+) -> dict[str, Callable[[], torch.Tensor]]:
+    seeds = iter(range(100))
+
     def t(*shape: int) -> torch.Tensor:
-        return torch.ones(shape, dtype=dtype, device=DEVICE)
+        return make_cpu(shape, dtype, seed=next(seeds)).to(device)
 
     return {
         "mm": lambda: torch.mm(t(2, 3), t(3, 4)),
@@ -315,6 +323,7 @@ def _matmul_calls(dtype: torch.dtype) -> dict[str, Callable[[], torch.Tensor]]:
     }
 
 
+@fallback_off
 @pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
 @pytest.mark.parametrize("call", list(_matmul_calls(torch.float64)), ids=str)
 def test_dtypes_refused(call: str, dtype: torch.dtype) -> None:
@@ -323,11 +332,34 @@ def test_dtypes_refused(call: str, dtype: torch.dtype) -> None:
         _matmul_calls(dtype)[call]()
 
 
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+@pytest.mark.parametrize("call", list(_matmul_calls(torch.float64)), ids=str)
+def test_dtypes_fall_back_to_the_cpu(call: str, dtype: torch.dtype) -> None:
+    expected = _matmul_calls(dtype, "cpu")[call]()
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = _matmul_calls(dtype)[call]()
+    assert_matches(result, expected, exact=True, check_stride=True)
+
+
+def _addmm_float64_bias(device: str) -> torch.Tensor:
+    a = make_cpu((2, 3), F32, seed=42).to(device)
+    b = make_cpu((3, 4), F32, seed=43).to(device)
+    return torch.addmm(make_cpu((4,), torch.float64, seed=44).to(device), a, b)
+
+
+@fallback_off
 def test_addmm_bias_dtype_refused() -> None:
-    a = torch.ones(2, 3, device=DEVICE)
-    b = torch.ones(3, 4, device=DEVICE)
     with pytest.raises(NotImplementedError, match="addmm: .*type promotion is not supported"):
-        torch.addmm(torch.ones(4, dtype=torch.float64, device=DEVICE), a, b)
+        _addmm_float64_bias(DEVICE)
+
+
+def test_addmm_bias_dtype_falls_back_to_the_cpu() -> None:
+    # the CPU refuses it too (a RuntimeError): the fallback raises the CPU's error
+    with raises_exactly(RuntimeError, match="must have the same dtype") as cpu_error:
+        _addmm_float64_bias("cpu")
+    with torch_infini.cpu_fallback.allowed("silent"):
+        with raises_exactly(RuntimeError, match=re.escape(str(cpu_error.value))):
+            _addmm_float64_bias(DEVICE)
 
 
 # (call on a device, fragment of the message): the CPU's wording or infini's,

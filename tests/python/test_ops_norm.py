@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torch_infini
+from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
     KERNEL_DTYPES,
@@ -140,6 +142,7 @@ def test_module(shape: tuple[int, ...], affine: bool, eps: float | None) -> None
 # ------------------------------------------------------------ refusals
 
 
+@fallback_off
 @pytest.mark.parametrize(
     ("shape", "normalized"),
     [((2, 3, 4, 8), (8,)), ((8,), (8,)), ((2, 3, 4, 8), (4, 8))],
@@ -154,6 +157,7 @@ def test_rank_refused(shape: tuple[int, ...], normalized: tuple[int, ...]) -> No
         torch.nn.RMSNorm(normalized).to(DEVICE)(x)
 
 
+@fallback_off
 @pytest.mark.parametrize("shape", [(3, 4, 8), (4, 8)], ids=str)
 def test_two_normalized_dims_refused(shape: tuple[int, ...]) -> None:
     normalized = shape[-2:]
@@ -166,7 +170,11 @@ def test_two_normalized_dims_refused(shape: tuple[int, ...]) -> None:
         )
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+REFUSED_DTYPES = (torch.float64, torch.float16, torch.bfloat16)
+
+
+@fallback_off
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
 def test_dtypes_refused(dtype: torch.dtype) -> None:
     assert dtype not in KERNEL_DTYPES["rms_norm"]
     x = torch.ones(3, 8, dtype=dtype, device=DEVICE)
@@ -178,10 +186,44 @@ def test_dtypes_refused(dtype: torch.dtype) -> None:
         torch.nn.RMSNorm(8, dtype=dtype).to(DEVICE)(x)
 
 
+@fallback_off
 def test_weight_dtype_refused() -> None:
     x = torch.ones(3, 8, device=DEVICE)
     with pytest.raises(NotImplementedError, match="rms_norm"):
         F.rms_norm(x, (8,), torch.ones(8, dtype=torch.float64, device=DEVICE))
+
+
+# (input shape, dtype, normalized shape, weight dtype or None)
+NormCall = tuple[tuple[int, ...], torch.dtype, tuple[int, ...], torch.dtype | None]
+# Every call the refusal tests above make: with the fallback on, the CPU's result.
+REFUSED_CALLS: dict[str, NormCall] = {
+    "4-D": ((2, 3, 4, 8), F32, (8,), None),
+    "4-D weight": ((2, 3, 4, 8), F32, (8,), F32),
+    "1-D": ((8,), F32, (8,), None),
+    "1-D weight": ((8,), F32, (8,), F32),
+    "4-D two dims": ((2, 3, 4, 8), F32, (4, 8), None),
+    "4-D two dims weight": ((2, 3, 4, 8), F32, (4, 8), F32),
+    "3-D two dims": ((3, 4, 8), F32, (4, 8), None),
+    "3-D two dims weight": ((3, 4, 8), F32, (4, 8), F32),
+    "2-D two dims": ((4, 8), F32, (4, 8), None),
+    "2-D two dims weight": ((4, 8), F32, (4, 8), F32),
+    **{f"{dtype}": ((3, 8), dtype, (8,), None) for dtype in REFUSED_DTYPES},
+    **{f"{dtype} weight": ((3, 8), dtype, (8,), dtype) for dtype in REFUSED_DTYPES},
+    "float64 weight, float32 input": ((3, 8), F32, (8,), torch.float64),
+}
+
+
+# PyTorch warns of the mixed dtypes on the CPU (and so in the fallback) alike
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")
+@pytest.mark.parametrize("case", list(REFUSED_CALLS), ids=str)
+def test_refused_calls_fall_back_to_the_cpu(case: str) -> None:
+    shape, dtype, normalized, weight_dtype = REFUSED_CALLS[case]
+    x_cpu, x = pair(shape, dtype, seed=12)
+    w_cpu, w = pair(normalized, weight_dtype, seed=13) if weight_dtype else (None, None)
+    expected = F.rms_norm(x_cpu, normalized, w_cpu)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        result = F.rms_norm(x, normalized, w)
+    assert_matches(result, expected, exact=True)
 
 
 def test_shape_errors() -> None:

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "bridge.h"
+#include "fallback.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -341,23 +342,30 @@ at::Tensor& zero_(at::Tensor& self) {
   return fill_Scalar(self, 0);
 }
 
+// Calls a kernel refuses (a dtype, shape or argument it does not serve) run
+// in the CPU fallback, under its policy.
+#define INFINI_IMPL(schema, op, kernel) \
+  m.impl(schema, TORCH_FN((OrCpuFallback<at::_ops::op, &kernel>::call)))
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", add_Tensor);
-  m.impl("add_.Tensor", add__Tensor);
-  m.impl("add.out", add_out);
-  m.impl("mul.Tensor", mul_Tensor);
-  m.impl("mul_.Tensor", mul__Tensor);
-  m.impl("mul.out", mul_out);
-  m.impl("relu", relu);
-  m.impl("relu_", relu_);
-  m.impl("relu.out", relu_out);
-  m.impl("silu", silu);
-  m.impl("silu_", silu_);
-  m.impl("silu.out", silu_out);
+  INFINI_IMPL("add.Tensor", add_Tensor, add_Tensor);
+  INFINI_IMPL("add_.Tensor", add__Tensor, add__Tensor);
+  INFINI_IMPL("add.out", add_out, add_out);
+  INFINI_IMPL("mul.Tensor", mul_Tensor, mul_Tensor);
+  INFINI_IMPL("mul_.Tensor", mul__Tensor, mul__Tensor);
+  INFINI_IMPL("mul.out", mul_out, mul_out);
+  INFINI_IMPL("relu", relu, relu);
+  INFINI_IMPL("relu_", relu_, relu_);
+  INFINI_IMPL("relu.out", relu_out, relu_out);
+  INFINI_IMPL("silu", silu, silu);
+  INFINI_IMPL("silu_", silu_, silu_);
+  INFINI_IMPL("silu.out", silu_out, silu_out);
   m.impl("fill_.Scalar", fill_Scalar);
   m.impl("fill_.Tensor", fill_Tensor);
   m.impl("zero_", zero_);
 }
+
+#undef INFINI_IMPL
 
 }  // namespace
 }  // namespace torch_infini::ops

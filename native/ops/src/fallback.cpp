@@ -1,29 +1,263 @@
-// Every ATen operator without an infini kernel ends here: a clear
-// NotImplementedError naming the operator and the backend. torch-infini
-// never runs an operator on the CPU behind the user's back.
+// The CPU fallback: every ATen operator without an infini kernel ends here,
+// and every call a native kernel refuses (fallback.h).
+//
+// Under the policy (cpu_fallback.h) the operator runs on the CPU and its
+// results land on the inputs' infini device; in-place and out= arguments are
+// the given infini tensors (views included). Where device memory is host
+// memory the CPU kernel runs on it in place (host_fallback.cpp); elsewhere
+// PyTorch's boxed cpu_fallback copies arguments to the CPU and back. Either
+// way the current stream's pending work runs first. Otherwise, and always for
+// random operators (no CPU generator stands in for a device generator) and
+// view operators (views are native aliases), a NotImplementedError names the
+// operator, dtype and backend.
+#include "torch_infini/ops/cpu_fallback.h"
+
+#include "fallback.h"
+#include "host_fallback.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "torch_infini/runtime/backend.h"
 
 namespace torch_infini::ops {
 namespace {
 
-void notImplemented(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
-  const auto& name = op.schema().operator_name();
-  runtime::DeviceRuntime* rt = runtime::tryGet();
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      false, "The operator '", name.name, name.overload_name.empty() ? "" : ".", name.overload_name,
-      "' has no infini kernel (backend '",
-      rt != nullptr ? rt->name() : std::string("uninitialized"),
-      "'). torch-infini does not fall back to the CPU silently; move the tensors to the CPU "
-      "explicitly (tensor.cpu()) to run it there.");
+thread_local std::string pending_refusal;
+
+constexpr const char* kEnvVar = "TORCH_INFINI_CPU_FALLBACK";
+
+struct Policy {
+  std::atomic<FallbackMode> mode{FallbackMode::Warn};
+  std::mutex mutex;  // everything below
+  std::set<std::string> allowed;
+  std::set<std::string> denied;
+  std::set<std::string> warned;
+  std::map<std::string, FallbackStats> stats;
+};
+
+Policy& policy() {
+  static Policy* p = [] {
+    auto* fresh = new Policy();  // leaked on purpose: outlives static destructors
+    const char* env = std::getenv(kEnvVar);
+    if (env != nullptr && *env != '\0') fresh->mode = parseFallbackMode(env);
+    return fresh;
+  }();
+  return *p;
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&notImplemented>());
+std::string backendName() {
+  runtime::DeviceRuntime* rt = runtime::tryGet();
+  return rt != nullptr ? rt->name() : std::string("uninitialized");
+}
+
+std::string qualifiedName(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+bool listed(const std::set<std::string>& names, const c10::OperatorHandle& op,
+            const std::string& qualified) {
+  return names.count(qualified) > 0 || names.count(op.schema().operator_name().name) > 0;
+}
+
+// A return that aliases an input without writing it: a view operator.
+bool isView(const c10::FunctionSchema& schema) {
+  for (const auto& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
+// Calls fn for every tensor among the first `count` values from `first`.
+template <typename F>
+void forEachTensor(const torch::jit::Stack& stack, size_t first, size_t count, F fn) {
+  for (size_t i = first; i < first + count && i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor()) {
+      fn(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList().vec()) fn(t);
+    } else if (value.isOptionalTensorList()) {
+      for (const auto& t : value.toOptionalTensorList().vec())
+        if (t.has_value()) fn(*t);
+    }
+  }
+}
+
+int64_t infiniBytes(const torch::jit::Stack& stack, size_t first, size_t count) {
+  int64_t bytes = 0;
+  forEachTensor(stack, first, count, [&](const at::Tensor& t) {
+    if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1)
+      bytes += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  });
+  return bytes;
+}
+
+std::string firstDtype(const torch::jit::Stack& stack, size_t first, size_t count) {
+  std::string dtype = "none";
+  bool found = false;
+  forEachTensor(stack, first, count, [&](const at::Tensor& t) {
+    if (!found && t.defined()) {
+      dtype = c10::toString(t.scalar_type());
+      found = true;
+    }
+  });
+  return dtype;
+}
+
+// `refusal`: empty when the operator has no infini kernel at all, else the
+// message of the native kernel that refused this call.
+void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& refusal) {
+  const std::string name = qualifiedName(op);
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t args_begin = stack->size() - num_args;
+  TORCH_CHECK_NOT_IMPLEMENTED(!op.hasTag(at::Tag::nondeterministic_seeded), "The operator '", name,
+                              "' draws random numbers, which infini has no generator for yet "
+                              "(backend '",
+                              backendName(),
+                              "'); random operators never fall back to the CPU generator.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!isView(schema), "The view operator '", name,
+                              "' has no infini kernel (backend '", backendName(),
+                              "'); views are never computed on the CPU.");
+
+  Policy& p = policy();
+  const FallbackMode mode = p.mode.load(std::memory_order_relaxed);
+  bool allowed = mode != FallbackMode::Off;
+  bool warn = mode == FallbackMode::Warn;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (listed(p.denied, op, name)) {
+      allowed = false;
+    } else if (listed(p.allowed, op, name)) {
+      allowed = true;
+    }
+    if (allowed && warn) warn = p.warned.insert(name).second;  // once per operator
+  }
+  const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
+                                                   firstDtype(*stack, args_begin, num_args) +
+                                                   ", backend '" + backendName() + "')"
+                                             : refusal;
+  TORCH_CHECK_NOT_IMPLEMENTED(allowed, reason, ". The CPU fallback does not run it (", kEnvVar, "=",
+                              fallbackModeName(mode), "); allow it with ", kEnvVar,
+                              "=warn or torch_infini.cpu_fallback.set_mode('warn'), or move the "
+                              "tensors to the CPU.");
+  if (warn) {
+    TORCH_WARN("infini: ", reason, "; '", name, "' ran on the CPU. Set ", kEnvVar,
+               "=off (or torch_infini.cpu_fallback.set_mode('off')) to make this an error, "
+               "or =silent to hide this warning.");
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  int64_t bytes_copied = 0;
+  const bool in_place =
+      runtime::get().capabilities().host_addressable && runOnHostAliases(op, stack, &bytes_copied);
+  if (!in_place) {
+    // Elsewhere (and for out= arguments to resize): PyTorch's boxed CPU
+    // fallback, which copies every infini argument to the CPU and back.
+    bytes_copied = infiniBytes(*stack, args_begin, num_args);
+    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+    const size_t num_returns = schema.returns().size();
+    bytes_copied += infiniBytes(*stack, stack->size() - num_returns, num_returns);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::lock_guard<std::mutex> lock(p.mutex);
+  FallbackStats& s = p.stats[name];
+  ++s.calls;
+  s.seconds += seconds;
+  s.bytes_copied += bytes_copied;
+}
+
+void noKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runOnCpu(op, stack, std::string());
+}
+
+std::vector<std::string> sorted(const std::set<std::string>& names) {
+  return {names.begin(), names.end()};
 }
 
 }  // namespace
+
+void setPendingRefusal(std::string refusal) { pending_refusal = std::move(refusal); }
+
+void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runOnCpu(op, stack, std::exchange(pending_refusal, std::string()));
+}
+
+FallbackMode fallbackMode() { return policy().mode.load(); }
+
+void setFallbackMode(FallbackMode mode) { policy().mode.store(mode); }
+
+const char* fallbackModeName(FallbackMode mode) {
+  switch (mode) {
+    case FallbackMode::Warn:
+      return "warn";
+    case FallbackMode::Silent:
+      return "silent";
+    case FallbackMode::Off:
+      return "off";
+  }
+  return "?";
+}
+
+FallbackMode parseFallbackMode(const std::string& name) {
+  if (name == "warn") return FallbackMode::Warn;
+  if (name == "silent") return FallbackMode::Silent;
+  if (name == "off") return FallbackMode::Off;
+  TORCH_CHECK_VALUE(false, kEnvVar, " (the CPU fallback mode) must be warn, silent or off, got '",
+                    name, "'");
+}
+
+void setFallbackAllowed(const std::vector<std::string>& names) {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.allowed = {names.begin(), names.end()};
+}
+
+void setFallbackDenied(const std::vector<std::string>& names) {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.denied = {names.begin(), names.end()};
+}
+
+std::vector<std::string> fallbackAllowed() {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return sorted(p.allowed);
+}
+
+std::vector<std::string> fallbackDenied() {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return sorted(p.denied);
+}
+
+std::map<std::string, FallbackStats> fallbackStats() {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return p.stats;
+}
+
+void resetFallbackStats() {
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.stats.clear();  // warnings stay once per operator per process
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
+}
+
 }  // namespace torch_infini::ops

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "bridge.h"
+#include "fallback.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -139,14 +140,21 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
   return out;
 }
 
+// Calls a kernel refuses (a dtype, shape or argument it does not serve) run
+// in the CPU fallback, under its policy.
+#define INFINI_IMPL(schema, op, kernel) \
+  m.impl(schema, TORCH_FN((OrCpuFallback<at::_ops::op, &kernel>::call)))
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mm", mm);
-  m.impl("mm.out", mm_out);
-  m.impl("bmm", bmm);
-  m.impl("bmm.out", bmm_out);
-  m.impl("addmm", addmm);
-  m.impl("addmm.out", addmm_out);
+  INFINI_IMPL("mm", mm, mm);
+  INFINI_IMPL("mm.out", mm_out, mm_out);
+  INFINI_IMPL("bmm", bmm, bmm);
+  INFINI_IMPL("bmm.out", bmm_out, bmm_out);
+  INFINI_IMPL("addmm", addmm, addmm);
+  INFINI_IMPL("addmm.out", addmm_out, addmm_out);
 }
+
+#undef INFINI_IMPL
 
 }  // namespace
 }  // namespace torch_infini::ops

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "bridge.h"
+#include "fallback.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -86,7 +87,10 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normal
   return at::rms_norm_symint(input, normalized_shape, weight, eps);
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("rms_norm", rms_norm); }
+// A call the kernel refuses (shape, dtype) runs in the CPU fallback.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("rms_norm", TORCH_FN((OrCpuFallback<at::_ops::rms_norm, &rms_norm>::call)));
+}
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", rms_norm_autograd); }
 
 }  // namespace

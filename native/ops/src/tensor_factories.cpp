@@ -5,6 +5,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -159,6 +162,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", as_strided);
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);
+  // The view operators whose ATen kernels are registered per backend rather
+  // than composite: PyTorch's own device-independent implementations (they
+  // only restride), so views stay aliases and never reach the CPU fallback.
+  m.impl("unfold", TORCH_FN(at::native::unfold));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_Storage_storage_offset);
   m.impl("set_.source_Storage", set_source_Storage);

@@ -218,6 +218,7 @@ Capabilities HostRuntime::capabilities() const {
   caps.event_timing = true;
   caps.pinned_host = true;
   caps.async_malloc = false;
+  caps.host_addressable = true;
   return caps;
 }
 

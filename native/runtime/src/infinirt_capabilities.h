@@ -21,16 +21,17 @@ struct InfiniTypePolicy {
 
 inline constexpr std::size_t kInfiniTypeCount = static_cast<std::size_t>(InfiniDeviceType::kCount);
 
-// Capabilities{async_memcpy, events, event_timing, pinned_host, async_malloc}
+// Capabilities{async_memcpy, events, event_timing, pinned_host, async_malloc,
+//               host_addressable}
 inline constexpr std::array<InfiniTypePolicy, kInfiniTypeCount> kInfiniPolicies{{
-    {InfiniDeviceType::kCpu, "cpu", false, {false, true, true, true, false}, 0},
-    {InfiniDeviceType::kNvidia, "nvidia", true, {true, true, true, true, true}, 0x2},
-    {InfiniDeviceType::kCambricon, "cambricon", true, {true, false, false, false, false}, 0},
-    {InfiniDeviceType::kAscend, "ascend", true, {true, false, false, false, false}, 0},
-    {InfiniDeviceType::kMetax, "metax", true, {true, true, true, true, true}, 0x2},
-    {InfiniDeviceType::kMoore, "moore", true, {true, true, true, true, false}, 0x2},
-    {InfiniDeviceType::kIluvatar, "iluvatar", true, {true, true, true, true, true}, 0x2},
-    {InfiniDeviceType::kHygon, "hygon", true, {true, true, true, true, true}, 0x2},
+    {InfiniDeviceType::kCpu, "cpu", false, {false, true, true, true, false, true}, 0},
+    {InfiniDeviceType::kNvidia, "nvidia", true, {true, true, true, true, true, false}, 0x2},
+    {InfiniDeviceType::kCambricon, "cambricon", true, {true, false, false, false, false, false}, 0},
+    {InfiniDeviceType::kAscend, "ascend", true, {true, false, false, false, false, false}, 0},
+    {InfiniDeviceType::kMetax, "metax", true, {true, true, true, true, true, false}, 0x2},
+    {InfiniDeviceType::kMoore, "moore", true, {true, true, true, true, false, false}, 0x2},
+    {InfiniDeviceType::kIluvatar, "iluvatar", true, {true, true, true, true, true, false}, 0x2},
+    {InfiniDeviceType::kHygon, "hygon", true, {true, true, true, true, true, false}, 0x2},
 }};
 
 constexpr bool policiesCoverEveryType() {

@@ -25,6 +25,9 @@ struct Capabilities {
   bool event_timing = false;  // events can measure elapsed time
   bool pinned_host = false;   // page-locked host allocation
   bool async_malloc = false;  // stream-ordered malloc/free
+  // Device memory is host memory: the CPU reads and writes it through plain
+  // pointers (the CPU fallback then runs CPU kernels on it in place).
+  bool host_addressable = false;
 };
 
 class DeviceRuntime {

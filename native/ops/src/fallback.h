@@ -1,0 +1,38 @@
+// Native kernels that refuse a call (a dtype, shape or argument they do not
+// serve) hand it to the CPU fallback, under its policy, with the refusal as
+// the reason. Registrations wrap such kernels:
+//   m.impl("add.Tensor", TORCH_FN((OrCpuFallback<at::_ops::add_Tensor, &add_Tensor>::call)));
+// A kernel refuses with NotImplementedError before it allocates an output
+// or enqueues work, so the fallback sees the arguments untouched.
+#pragma once
+
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+namespace torch_infini::ops {
+
+// The boxed fallback for a call a native kernel refused: `refusal` (its
+// message) is the reason given in warnings and, with the fallback off, the
+// NotImplementedError raised.
+void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The refusal the next refusedKernelFallback call on this thread reports.
+void setPendingRefusal(std::string refusal);
+
+template <class Op, auto Kernel>
+struct OrCpuFallback;
+
+template <class Op, class R, class... Args, R (*Kernel)(Args...)>
+struct OrCpuFallback<Op, Kernel> {
+  static R call(Args... args) {
+    try {
+      return Kernel(args...);
+    } catch (const c10::NotImplementedError& refusal) {
+      setPendingRefusal(refusal.what_without_backtrace());
+    }
+    return at::native::call_fallback_fn<&refusedKernelFallback, Op>::call(args...);
+  }
+};
+
+}  // namespace torch_infini::ops

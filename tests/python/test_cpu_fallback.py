@@ -1,0 +1,393 @@
+"""The CPU fallback: operators without an infini kernel run on the CPU.
+
+The CPU result is the oracle, bit for bit: the fallback runs the CPU's own
+kernel. Results land on the inputs' infini device; in-place and out=
+arguments are the given infini tensors (views included); random and view
+operators never fall back; the policy (torch_infini.cpu_fallback) decides,
+warns once per operator and counts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch_infini
+from infini_testing import (
+    assert_bitwise_equal,
+    describe,
+    raises_exactly,
+    requires_async_host,
+    run_python,
+)
+from op_helpers import kernel_dtypes, make_cpu
+
+fallback = torch_infini.cpu_fallback
+DEVICE = torch.device("infini", 0)
+
+
+@pytest.fixture(autouse=True)
+def _silent_and_counted() -> Iterator[None]:
+    """Each test starts with fresh stats, silent (warnings have their own test)."""
+    fallback.reset_stats()
+    with fallback.allowed("silent"):
+        yield
+    fallback.allow([])
+    fallback.deny([])
+
+
+def _pair(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, seed: int = 0):
+    cpu = make_cpu(shape, dtype, seed)
+    return cpu, cpu.to(DEVICE)
+
+
+# ---------------------------------------------------------------- semantics
+
+
+def test_functional_result_on_the_inputs_device() -> None:
+    (a, ai), (b, bi) = _pair((3, 5)), _pair((3, 5), seed=1)
+    out = torch.atan2(ai, bi)
+    assert out.device == DEVICE
+    assert_bitwise_equal(out, torch.atan2(a, b))
+    assert "aten::atan2.out" in fallback.stats() or "aten::atan2" in fallback.stats()
+
+
+@pytest.mark.requires_two_devices
+def test_result_on_the_second_device() -> None:
+    a = make_cpu((4,), torch.float32)
+    out = torch.exp(a.to("infini:1"))
+    assert out.device == torch.device("infini", 1)
+    assert_bitwise_equal(out, torch.exp(a))
+
+
+def test_in_place_on_a_strided_view_writes_through() -> None:
+    base_cpu, base = _pair((4, 6))
+    view_cpu, view = base_cpu[1:, ::2], base[1:, ::2]
+    view_cpu.exp_()
+    result = view.exp_()
+    assert result is view
+    assert_bitwise_equal(view, view_cpu)
+    assert_bitwise_equal(base, base_cpu)  # the base sees the change
+
+
+def test_in_place_on_views_sharing_a_storage() -> None:
+    base_cpu, base = _pair((8,))
+    base_cpu[:4].atan2_(base_cpu[4:])
+    base[:4].atan2_(base[4:])
+    assert_bitwise_equal(base, base_cpu)
+
+
+def test_out_argument_is_written_and_resized_as_on_the_cpu() -> None:
+    (a, ai), (b, bi) = _pair((2, 3)), _pair((2, 3), seed=2)
+    out_cpu, out = torch.empty(0), torch.empty(0, device=DEVICE)
+    result = torch.atan2(ai, bi, out=out)
+    torch.atan2(a, b, out=out_cpu)
+    assert result is out
+    assert_bitwise_equal(out, out_cpu)
+    strided_cpu, strided = torch.zeros(2, 6)[:, ::2], torch.zeros(2, 6, device=DEVICE)[:, ::2]
+    torch.atan2(a, b, out=strided_cpu)
+    torch.atan2(ai, bi, out=strided)
+    assert_bitwise_equal(strided, strided_cpu)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda d: torch.arange(2, 11, 3, device=d),
+        lambda d: torch.linspace(-1, 1, 7, device=d),
+        lambda d: torch.eye(3, 4, device=d),
+        lambda d: torch.full((2, 3), 2.5, device=d),
+        lambda d: torch.tril(torch.ones(3, 3, device=d)),
+    ],
+    ids=["arange", "linspace", "eye", "full", "tril"],
+)
+def test_factories_on_infini(factory: Callable[[str | torch.device], torch.Tensor]) -> None:
+    out = factory(DEVICE)
+    assert out.device == DEVICE
+    assert_bitwise_equal(out, factory("cpu"))
+
+
+def test_tensor_lists_in_and_out() -> None:
+    (a, ai), (b, bi) = _pair((2, 3)), _pair((2, 3), seed=3)
+    assert_bitwise_equal(torch.cat([ai, bi], 1), torch.cat([a, b], 1))
+    assert_bitwise_equal(torch.stack([ai, bi]), torch.stack([a, b]))
+    cpu_list, infini_list = [a.clone(), b.clone()], [ai.clone(), bi.clone()]
+    torch._foreach_mul_(cpu_list, 1.5)
+    torch._foreach_mul_(infini_list, 1.5)
+    for got, want in zip(infini_list, cpu_list, strict=True):
+        assert_bitwise_equal(got, want)
+    sums_cpu = torch._foreach_add(cpu_list, cpu_list)
+    sums = torch._foreach_add(infini_list, infini_list)
+    assert all(t.device == DEVICE for t in sums)
+    for got, want in zip(sums, sums_cpu, strict=True):
+        assert_bitwise_equal(got, want)
+
+
+def test_non_tensor_and_integer_results() -> None:
+    (a, ai), (_, bi) = _pair((3, 4)), _pair((3, 4), seed=4)
+    assert torch.equal(ai, ai) and not torch.equal(ai, bi)
+    assert torch.allclose(ai, ai.clone())
+    values, indices = ai.max(dim=1)
+    values_cpu, indices_cpu = a.max(dim=1)
+    assert_bitwise_equal(values, values_cpu)
+    assert_bitwise_equal(indices, indices_cpu)
+    assert indices.dtype == torch.int64 and indices.device == DEVICE
+    assert_bitwise_equal(ai > 0, a > 0)
+    assert_bitwise_equal(torch.nonzero(ai > 0), torch.nonzero(a > 0))
+    assert ai.sum().item() == a.sum().item()
+
+
+def test_cpu_zero_dim_operand_and_empty_tensors() -> None:
+    a, ai = _pair((5,))
+    scalar = torch.tensor(0.3, dtype=torch.float64)
+    assert_bitwise_equal(torch.atan2(ai, scalar), torch.atan2(a, scalar))
+    empty = torch.atan2(torch.empty(0, 3, device=DEVICE), torch.empty(0, 3, device=DEVICE))
+    assert empty.shape == (0, 3) and empty.device == DEVICE
+
+
+def test_autograd_through_fallback_operators() -> None:
+    a = make_cpu((3, 4), torch.float32).requires_grad_()
+    b = make_cpu((3, 4), torch.float32, seed=5).requires_grad_()
+    ai = a.detach().to(DEVICE).requires_grad_()
+    bi = b.detach().to(DEVICE).requires_grad_()
+    (torch.atan2(a, b).exp() * b).sum().backward()
+    (torch.atan2(ai, bi).exp() * bi).sum().backward()
+    assert_bitwise_equal(ai.grad, a.grad)
+    assert_bitwise_equal(bi.grad, b.grad)
+
+
+# ------------------------------------------------------------ never through it
+
+VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "select": lambda t: t.select(0, 1),
+    "slice": lambda t: t[:, 1:3],
+    "narrow": lambda t: t.narrow(1, 1, 2),
+    "unfold": lambda t: t.unfold(1, 2, 1),
+    "diagonal": lambda t: t.diagonal(),
+    "split": lambda t: t.split(2, dim=1)[1],
+    "unbind": lambda t: t.unbind(0)[2],
+    "expand": lambda t: t[:1].expand(3, 4),
+    "squeeze": lambda t: t[:1].squeeze(0),
+    "unsqueeze": lambda t: t.unsqueeze(1),
+    "transpose": lambda t: t.t(),
+    "permute": lambda t: t.permute(1, 0),
+    "view_as_real": lambda t: torch.view_as_real(t.to(torch.complex64))[..., 0],
+    "as_strided": lambda t: t.as_strided((2, 2), (1, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_view_operators_are_native_aliases(name: str) -> None:
+    make_view = VIEWS[name]
+    base_cpu, base = _pair((3, 4))
+    if name == "view_as_real":  # the complex tensor is the base
+        base_cpu, base = base_cpu.to(torch.complex64), base.to(torch.complex64)
+        make_view = lambda t: torch.view_as_real(t)[..., 0]  # noqa: E731
+    with fallback.strict():  # a view must never need the fallback
+        view_cpu, view = make_view(base_cpu), make_view(base)
+        assert view._is_view() and view._base is base
+        view_cpu.fill_(7.0)
+        view.fill_(7.0)
+    assert_bitwise_equal(base, base_cpu)
+    assert fallback.stats() == {}
+
+
+RANDOM: dict[str, Callable[[], object]] = {
+    "randn": lambda: torch.randn(3, device=DEVICE),
+    "rand_like": lambda: torch.rand_like(torch.zeros(3, device=DEVICE)),
+    "dropout (training)": lambda: torch.nn.functional.dropout(
+        torch.ones(8, device=DEVICE), 0.5, training=True
+    ),
+    "randperm": lambda: torch.randperm(5, device=DEVICE),
+    "multinomial": lambda: torch.multinomial(torch.ones(4, device=DEVICE), 2),
+    "bernoulli_": lambda: torch.zeros(4, device=DEVICE).bernoulli_(0.5),
+}
+
+
+@pytest.mark.parametrize("mode", fallback.MODES)
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_random_operators_never_fall_back(name: str, mode: str) -> None:
+    fallback.set_mode(mode)
+    with raises_exactly(NotImplementedError, match="draws random numbers"):
+        RANDOM[name]()
+    assert fallback.stats() == {}
+
+
+def test_declared_kernels_never_reach_the_fallback() -> None:
+    """What operators() lists is served natively for its declared dtypes."""
+    calls: dict[str, Callable[[torch.dtype], object]] = {
+        "add": lambda dt: torch.add(_ones(dt), _ones(dt), alpha=2),
+        "mul": lambda dt: torch.mul(_ones(dt), _ones(dt)),
+        "relu": lambda dt: torch.relu(_ones(dt)),
+        "silu": lambda dt: torch.nn.functional.silu(_ones(dt)),
+        "mm": lambda dt: torch.mm(_ones(dt, (2, 3)), _ones(dt, (3, 2))),
+        "bmm": lambda dt: torch.bmm(_ones(dt, (2, 2, 3)), _ones(dt, (2, 3, 2))),
+        "addmm": lambda dt: torch.addmm(_ones(dt, (2, 2)), _ones(dt, (2, 3)), _ones(dt, (3, 2))),
+        "rms_norm": lambda dt: torch.nn.functional.rms_norm(_ones(dt, (2, 4)), [4]),
+    }
+    with fallback.strict():
+        for op, call in calls.items():
+            for dtype in kernel_dtypes(op):
+                call(dtype)
+    assert fallback.stats() == {}
+
+
+def _ones(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:
+    return torch.ones(shape, dtype=dtype, device=DEVICE)
+
+
+# ------------------------------------------------------------- stream order
+
+
+@requires_async_host
+def test_fallback_waits_for_the_stream_and_later_work_sees_its_writes() -> None:
+    side = torch.infini.Stream()
+    w = torch.full((256, 256), 1e-3, device=DEVICE)
+    x = torch.zeros(1 << 16, device=DEVICE)
+    torch.infini.synchronize()
+    with torch.infini.stream(side):
+        for _ in range(10):
+            torch.mm(w, w)  # keeps the side stream busy
+        x.fill_(0.5)  # queued behind the products
+        y = torch.atan2(x, torch.ones_like(x))  # the fallback must read 0.5, not 0
+        x.mul_(2)  # queued after the fallback's write of y
+        z = y * 1  # native, sees the fallback's result
+    torch.infini.synchronize()
+    expected = torch.atan2(torch.full((1 << 16,), 0.5), torch.ones(1 << 16))
+    assert_bitwise_equal(y, expected)
+    assert_bitwise_equal(z, expected)
+    assert_bitwise_equal(x, torch.ones(1 << 16))
+
+
+# ------------------------------------------------------------------- policy
+
+
+def test_modes_and_regions() -> None:
+    a = torch.ones(3, device=DEVICE)
+    with fallback.strict():
+        assert fallback.mode() == "off"
+        with raises_exactly(NotImplementedError, match=r"aten::exp.*TORCH_INFINI_CPU_FALLBACK=off"):
+            torch.exp(a)
+        with fallback.allowed("silent"):
+            assert_bitwise_equal(torch.exp(a), torch.exp(torch.ones(3)))
+        assert fallback.mode() == "off"
+    assert fallback.mode() == "silent"
+    with pytest.raises(ValueError, match="mode"):
+        fallback.set_mode("sometimes")
+
+
+def test_allow_and_deny_lists() -> None:
+    a = torch.ones(3, device=DEVICE)
+    fallback.deny(["aten::exp"])
+    with raises_exactly(NotImplementedError, match="aten::exp"):
+        torch.exp(a)
+    assert fallback.denied_operators() == ["aten::exp"]
+    fallback.deny([])
+    fallback.allow(["aten::exp.out"])
+    with fallback.strict():
+        assert_bitwise_equal(torch.exp(a), torch.exp(torch.ones(3)))
+        with raises_exactly(NotImplementedError, match="aten::log"):
+            torch.log(a)
+    with pytest.raises(ValueError, match="aten::add"):
+        fallback.allow(["exp"])
+
+
+def test_stats_count_calls_time_and_bytes() -> None:
+    a = torch.ones(1000, device=DEVICE)
+    for _ in range(3):
+        torch.exp(a)
+    (name, s), *rest = fallback.stats().items()
+    assert rest == [] and "exp" in name
+    assert s.calls == 3 and s.seconds > 0
+    if _host_addressable():
+        # exp runs as exp.out into infini memory allocated first: the CPU
+        # kernel reads and writes device memory in place
+        assert s.bytes_copied == 0
+    else:
+        # input and out tensor to the CPU, the result back: 12 kB a call
+        assert s.bytes_copied == 3 * 3 * 1000 * 4
+    assert "exp" in fallback.summary()
+    fallback.reset_stats()
+    assert fallback.stats() == {}
+
+
+def _host_addressable() -> bool:
+    return bool(torch_infini._C._capabilities()["host_addressable"])
+
+
+@pytest.mark.skipif(not _host_addressable(), reason="device memory is not host memory")
+def test_in_place_where_memory_is_host_memory() -> None:
+    """Inputs are read where they are; only results the CPU kernel allocates
+    itself are copied, once; an out= argument that must grow is copied."""
+    x_cpu, x = _pair((100,))
+    torch.atan2(x, x)  # structured: atan2.out into infini memory allocated first
+    torch.exp_(x[::2])  # in place on a view (exp.out into the view)
+    x.view(10, 10).max(dim=1)  # max.dim_max into infini outputs allocated first
+    x_cpu[::2].exp_()
+    assert_bitwise_equal(x, x_cpu)
+    indices = torch.nonzero(x > 0)  # the CPU kernel allocates its result
+    assert_bitwise_equal(indices, torch.nonzero(x_cpu > 0))
+    copied = {name: s.bytes_copied for name, s in fallback.stats().items()}
+    assert copied["aten::nonzero"] == indices.numel() * 8
+    assert all(n == 0 for name, n in copied.items() if name != "aten::nonzero"), copied
+    fallback.reset_stats()
+    out = torch.empty(0, device=DEVICE)
+    torch.atan2(x, x, out=out)  # out= must grow: copied (input, out, result)
+    assert_bitwise_equal(out, torch.atan2(x_cpu, x_cpu))
+    assert fallback.stats()["aten::atan2.out"].bytes_copied == 100 * 4 * 3
+
+
+def test_threads_share_one_policy_and_exact_counts() -> None:
+    a = torch.ones(64, device=DEVICE)
+    expected = torch.exp(torch.ones(64))
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(20):
+                assert_bitwise_equal(torch.exp(a), expected)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(s.calls for s in fallback.stats().values()) == 80
+
+
+_WARN_SCRIPT = """
+import warnings, torch, torch_infini
+warnings.simplefilter("always")
+a = torch.ones(3, device="infini")
+with warnings.catch_warnings(record=True) as caught:
+    torch.exp(a); torch.exp(a); torch.log(a)
+infini = [str(w.message) for w in caught if "infini" in str(w.message)]
+print("MODE", torch_infini.cpu_fallback.mode())
+print("WARNINGS", len(infini))
+for m in infini:
+    print("W", m)
+"""
+
+
+@pytest.mark.parametrize(("env", "count"), [(None, 2), ("warn", 2), ("silent", 0)])
+def test_warns_once_per_operator_as_the_variable_says(env: str | None, count: int) -> None:
+    proc = run_python(_WARN_SCRIPT, env={"TORCH_INFINI_CPU_FALLBACK": env})
+    assert proc.returncode == 0, describe(proc)
+    assert f"MODE {env or 'warn'}" in proc.stdout, describe(proc)
+    assert f"WARNINGS {count}" in proc.stdout, describe(proc)
+    if count:
+        assert "exp" in proc.stdout and "TORCH_INFINI_CPU_FALLBACK=off" in proc.stdout
+
+
+def test_variable_off_refuses_and_a_bad_value_is_named() -> None:
+    code = "import torch, torch_infini; torch.exp(torch.ones(2, device='infini'))"
+    proc = run_python(code, env={"TORCH_INFINI_CPU_FALLBACK": "off"})
+    assert proc.returncode != 0 and "NotImplementedError" in proc.stderr, describe(proc)
+    proc = run_python(code, env={"TORCH_INFINI_CPU_FALLBACK": "sometimes"})
+    assert proc.returncode != 0, describe(proc)
+    assert "TORCH_INFINI_CPU_FALLBACK" in proc.stderr and "sometimes" in proc.stderr

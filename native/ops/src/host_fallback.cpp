@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -127,6 +128,18 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     const int device = aliaser.device()->index();
     runtime::get().synchronizeStream(currentNativeStreamUnchecked(device));
   }
+  // Every infini argument is a CPU alias now, so the call cannot come back
+  // here; should an argument kind be missed, refuse instead of recursing.
+  thread_local const c10::OperatorHandle* running = nullptr;
+  TORCH_CHECK_NOT_IMPLEMENTED(running == nullptr || !(*running == op),
+                              "infini: the CPU fallback could not move every argument of '",
+                              schema.operator_name(), "' to the CPU");
+  const c10::OperatorHandle* outer = std::exchange(running, &op);
+  struct Restore {
+    const c10::OperatorHandle*& slot;
+    const c10::OperatorHandle* value;
+    ~Restore() { slot = value; }
+  } restore{running, outer};
   try {
     op.callBoxed(stack);
   } catch (const c10::Error& e) {

@@ -12,8 +12,8 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bridge.h"

@@ -10,6 +10,9 @@ TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 "$PYTHON" -m pip install --disable-pip-version-check -q \
   "scikit-build-core>=0.10" "nanobind>=2.0" "cmake>=3.24" ninja \
   pytest pytest-xdist hypothesis numpy
+# Test-only: a model written by others (tests/python/test_llama.py), built
+# from a config; pinned, and installed after torch so it never pulls one.
+"$PYTHON" -m pip install --disable-pip-version-check -q "transformers==5.24.0"
 
 # ccache is optional; it only makes rebuilds faster.
 if ! command -v ccache >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -56,7 +56,13 @@ def dispatcher_registrations() -> list[str]:
 
 
 def registered_aten_operators() -> list[str]:
-    return [name for name in dispatcher_registrations() if name.startswith("aten::")]
+    """aten operators with an infini kernel (not those routed to the CPU fallback)."""
+    routed = set(torch_infini.cpu_fallback.routed_operators())
+    return [
+        name
+        for name in dispatcher_registrations()
+        if name.startswith("aten::") and name not in routed
+    ]
 
 
 def other_namespaces() -> dict[str, int]:

@@ -86,6 +86,7 @@ NB_MODULE(_C, m) {
     return result;
   });
   m.def("_reset_fallback_stats", &ops::resetFallbackStats);
+  m.def("_fallback_routed_operators", &ops::fallbackRoutedOperators);
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);

@@ -88,6 +88,16 @@ def deny(operators: Iterable[str]) -> None:
     _C._set_fallback_denied(_names(operators))
 
 
+def routed_operators() -> list[str]:
+    """Operators registered for infini only to run in the fallback whole.
+
+    PyTorch would decompose them on a backend without a kernel, rounding
+    differently from the CPU's fused kernel; they are not infini kernels
+    (torch_infini.operators() leaves them out).
+    """
+    return list(_C._fallback_routed_operators())
+
+
 def allowed_operators() -> list[str]:
     return list(_C._fallback_allowed())
 

@@ -44,14 +44,8 @@ CASES: dict[str, GradCase] = {
     "mul_": GradCase("aten::mul_.Tensor", lambda a, b: a.clone().mul_(b), [(3, 4), (3, 4)]),
     "relu": GradCase("aten::relu", torch.relu, [(3, 4)]),
     "relu_": GradCase("aten::relu_", lambda a: a.clone().relu_(), [(3, 4)]),
-    # same_kernel=False: silu_backward has a CompositeImplicitAutograd kernel, so on
-    # infini (no kernel of its own) PyTorch decomposes it into sigmoid/mul/sub/add,
-    # each run on the CPU by the fallback, instead of the CPU's fused silu_backward:
-    # a few ulps off the CPU (a product gap; True once silu_backward falls back whole).
-    "silu": GradCase("aten::silu", F.silu, [(3, 4)], same_kernel=False),
-    "silu_": GradCase(
-        "aten::silu_", lambda a: F.silu(a.clone(), inplace=True), [(3, 4)], same_kernel=False
-    ),
+    "silu": GradCase("aten::silu", F.silu, [(3, 4)]),
+    "silu_": GradCase("aten::silu_", lambda a: F.silu(a.clone(), inplace=True), [(3, 4)]),
     "mm": GradCase("aten::mm", torch.mm, [(3, 4), (4, 5)]),
     "bmm": GradCase("aten::bmm", torch.bmm, [(2, 3, 4), (2, 4, 5)]),
     "addmm": GradCase(
@@ -90,8 +84,8 @@ CASES: dict[str, GradCase] = {
 REFUSED_WITHOUT_FALLBACK: dict[str, str] = {
     "relu": "aten::threshold_backward",
     "relu_": "aten::threshold_backward",
-    "silu": "aten::sigmoid",  # silu_backward decomposes into sigmoid
-    "silu_": "aten::sigmoid",
+    "silu": "aten::silu_backward",
+    "silu_": "aten::silu_backward",
     "addmm (Linear bias)": "aten::sum",
     "rms_norm": "rms_norm: with requires_grad=True.*aten::pow",
     "fill_ (tensor)": "aten::sum",

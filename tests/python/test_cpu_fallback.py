@@ -234,6 +234,33 @@ def test_declared_kernels_never_reach_the_fallback() -> None:
     assert fallback.stats() == {}
 
 
+def test_cpu_fused_kernels_are_not_decomposed() -> None:
+    """An operator with both a CPU kernel and a CompositeImplicitAutograd
+    decomposition must reach the fallback whole on infini (the decomposition
+    rounds differently from the CPU's fused kernel): fallback.cpp lists them."""
+    decomposed = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        try:
+            schemas = torch._C._jit_get_schemas_for_operator(name)
+        except RuntimeError:
+            continue
+        for schema in schemas:
+            full = f"{name}.{schema.overload_name}" if schema.overload_name else name
+            try:
+                has = torch._C._dispatch_has_kernel_for_dispatch_key
+                if (
+                    has(full, "CompositeImplicitAutograd")
+                    and has(full, "CPU")
+                    and not has(full, "PrivateUse1")
+                ):
+                    decomposed.append(full)
+            except RuntimeError:
+                continue
+    assert decomposed == []
+
+
 def _ones(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:
     return torch.ones(shape, dtype=dtype, device=DEVICE)
 

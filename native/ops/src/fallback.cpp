@@ -198,6 +198,8 @@ void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 FallbackMode fallbackMode() { return policy().mode.load(); }
 
+std::vector<std::string> fallbackRoutedOperators();
+
 void setFallbackMode(FallbackMode mode) { policy().mode.store(mode); }
 
 const char* fallbackModeName(FallbackMode mode) {
@@ -258,6 +260,26 @@ void resetFallbackStats() {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
+}
+
+// Operators PyTorch decomposes (CompositeImplicitAutograd) on a backend
+// without a kernel of its own although the CPU has a fused kernel: the
+// fallback runs that CPU kernel whole, so results are the CPU's bit for bit
+// (the decomposition rounds differently). Each has a derivative formula, so
+// autograd keeps working. test_cpu_fallback.py keeps the list complete.
+constexpr const char* kRoutedToFallback[] = {"silu_backward", "mish_backward",
+                                             "native_channel_shuffle"};
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : kRoutedToFallback) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
+  }
+}
+
+std::vector<std::string> fallbackRoutedOperators() {
+  std::vector<std::string> names;
+  for (const char* name : kRoutedToFallback) names.push_back(std::string("aten::") + name);
+  return names;
 }
 
 }  // namespace torch_infini::ops

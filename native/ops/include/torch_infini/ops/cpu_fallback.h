@@ -35,6 +35,11 @@ void setFallbackDenied(const std::vector<std::string>& names);
 std::vector<std::string> fallbackAllowed();
 std::vector<std::string> fallbackDenied();
 
+// Operators registered for infini only to send them to the fallback whole
+// (PyTorch would otherwise decompose them: fallback.cpp); they are not
+// infini kernels and torch_infini.operators() does not list them.
+std::vector<std::string> fallbackRoutedOperators();
+
 struct FallbackStats {
   int64_t calls = 0;
   double seconds = 0;        // wall time inside the fallback

@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "torch_infini/runtime/backend.h"
@@ -36,13 +37,24 @@ thread_local std::string pending_refusal;
 
 constexpr const char* kEnvVar = "TORCH_INFINI_CPU_FALLBACK";
 
+// What the fallback knows of one operator, computed on its first call.
+struct OperatorState {
+  std::string name;  // "aten::add.Tensor"
+  std::string base;  // "aten::add"
+  bool random = false;
+  bool view = false;
+  bool warned = false;
+  FallbackStats stats;
+};
+
 struct Policy {
   std::atomic<FallbackMode> mode{FallbackMode::Warn};
-  std::mutex mutex;  // everything below
+  std::atomic<bool> has_lists{false};  // allowed or denied is not empty
+  std::mutex mutex;                    // everything below
   std::set<std::string> allowed;
   std::set<std::string> denied;
-  std::set<std::string> warned;
-  std::map<std::string, FallbackStats> stats;
+  // By the operator's schema (its address is stable); nodes never move.
+  std::unordered_map<const c10::FunctionSchema*, OperatorState> operators;
 };
 
 Policy& policy() {
@@ -65,9 +77,8 @@ std::string qualifiedName(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
-bool listed(const std::set<std::string>& names, const c10::OperatorHandle& op,
-            const std::string& qualified) {
-  return names.count(qualified) > 0 || names.count(op.schema().operator_name().name) > 0;
+bool listed(const std::set<std::string>& names, const OperatorState& state) {
+  return names.count(state.name) > 0 || names.count(state.base) > 0;
 }
 
 // A return that aliases an input without writing it: a view operator.
@@ -118,41 +129,52 @@ std::string firstDtype(const torch::jit::Stack& stack, size_t first, size_t coun
 // `refusal`: empty when the operator has no infini kernel at all, else the
 // message of the native kernel that refused this call.
 void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& refusal) {
-  const std::string name = qualifiedName(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t args_begin = stack->size() - num_args;
-  TORCH_CHECK_NOT_IMPLEMENTED(!op.hasTag(at::Tag::nondeterministic_seeded), "The operator '", name,
-                              "' draws random numbers, which infini has no generator for yet "
-                              "(backend '",
-                              backendName(),
-                              "'); random operators never fall back to the CPU generator.");
-  TORCH_CHECK_NOT_IMPLEMENTED(!isView(schema), "The view operator '", name,
-                              "' has no infini kernel (backend '", backendName(),
-                              "'); views are never computed on the CPU.");
 
   Policy& p = policy();
   const FallbackMode mode = p.mode.load(std::memory_order_relaxed);
   bool allowed = mode != FallbackMode::Off;
   bool warn = mode == FallbackMode::Warn;
+  OperatorState* state;
   {
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (listed(p.denied, op, name)) {
-      allowed = false;
-    } else if (listed(p.allowed, op, name)) {
-      allowed = true;
+    auto [it, fresh] = p.operators.try_emplace(&schema);
+    state = &it->second;
+    if (fresh) {
+      state->name = qualifiedName(op);
+      state->base = schema.operator_name().name;
+      state->random = op.hasTag(at::Tag::nondeterministic_seeded);
+      state->view = isView(schema);
     }
-    if (allowed && warn) warn = p.warned.insert(name).second;  // once per operator
+    if (p.has_lists.load(std::memory_order_relaxed)) {
+      if (listed(p.denied, *state)) {
+        allowed = false;
+      } else if (listed(p.allowed, *state)) {
+        allowed = true;
+      }
+    }
+    if (allowed && warn) warn = !std::exchange(state->warned, true);  // once per operator
   }
-  const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
-                                                   firstDtype(*stack, args_begin, num_args) +
-                                                   ", backend '" + backendName() + "')"
-                                             : refusal;
-  TORCH_CHECK_NOT_IMPLEMENTED(allowed, reason, ". The CPU fallback does not run it (", kEnvVar, "=",
-                              fallbackModeName(mode), "); allow it with ", kEnvVar,
-                              "=warn or torch_infini.cpu_fallback.set_mode('warn'), or move the "
-                              "tensors to the CPU.");
-  if (warn) {
+  const std::string& name = state->name;
+  TORCH_CHECK_NOT_IMPLEMENTED(!state->random, "The operator '", name,
+                              "' draws random numbers, which infini has no generator for yet "
+                              "(backend '",
+                              backendName(),
+                              "'); random operators never fall back to the CPU generator.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!state->view, "The view operator '", name,
+                              "' has no infini kernel (backend '", backendName(),
+                              "'); views are never computed on the CPU.");
+  if (!allowed || warn) {
+    const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
+                                                     firstDtype(*stack, args_begin, num_args) +
+                                                     ", backend '" + backendName() + "')"
+                                               : refusal;
+    TORCH_CHECK_NOT_IMPLEMENTED(allowed, reason, ". The CPU fallback does not run it (", kEnvVar,
+                                "=", fallbackModeName(mode), "); allow it with ", kEnvVar,
+                                "=warn or torch_infini.cpu_fallback.set_mode('warn'), or move the "
+                                "tensors to the CPU.");
     TORCH_WARN("infini: ", reason, "; '", name, "' ran on the CPU. Set ", kEnvVar,
                "=off (or torch_infini.cpu_fallback.set_mode('off')) to make this an error, "
                "or =silent to hide this warning.");
@@ -174,7 +196,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::lock_guard<std::mutex> lock(p.mutex);
-  FallbackStats& s = p.stats[name];
+  FallbackStats& s = state->stats;
   ++s.calls;
   s.seconds += seconds;
   s.bytes_copied += bytes_copied;
@@ -226,12 +248,14 @@ void setFallbackAllowed(const std::vector<std::string>& names) {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
   p.allowed = {names.begin(), names.end()};
+  p.has_lists = !p.allowed.empty() || !p.denied.empty();
 }
 
 void setFallbackDenied(const std::vector<std::string>& names) {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
   p.denied = {names.begin(), names.end()};
+  p.has_lists = !p.allowed.empty() || !p.denied.empty();
 }
 
 std::vector<std::string> fallbackAllowed() {
@@ -249,13 +273,16 @@ std::vector<std::string> fallbackDenied() {
 std::map<std::string, FallbackStats> fallbackStats() {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
-  return p.stats;
+  std::map<std::string, FallbackStats> stats;
+  for (const auto& [schema, state] : p.operators)
+    if (state.stats.calls > 0) stats[state.name] = state.stats;
+  return stats;
 }
 
 void resetFallbackStats() {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
-  p.stats.clear();  // warnings stay once per operator per process
+  for (auto& [schema, state] : p.operators) state.stats = FallbackStats{};  // warnings stay
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -10,9 +10,10 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
+#include <deque>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,15 +30,19 @@ class Aliaser {
     if (!t.defined() || !isInfini(t)) return t;
     noteDevice(t.device());
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-    auto [it, fresh] = storages_.try_emplace(impl);
-    if (fresh) {
-      it->second.cpu = c10::Storage(c10::Storage::use_byte_size_t(), impl->nbytes(),
-                                    c10::DataPtr(impl->mutable_data(), c10::Device(c10::kCPU)),
-                                    /*allocator=*/nullptr, /*resizable=*/false);
-      it->second.infini = t;
+    Entry* entry = nullptr;
+    for (Entry& e : storages_)
+      if (e.impl == impl) entry = &e;
+    if (entry == nullptr) {
+      entry = &storages_.emplace_back();
+      entry->impl = impl;
+      entry->cpu = c10::Storage(c10::Storage::use_byte_size_t(), impl->nbytes(),
+                                c10::DataPtr(impl->mutable_data(), c10::Device(c10::kCPU)),
+                                /*allocator=*/nullptr, /*resizable=*/false);
+      entry->infini = t;
     }
     at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(it->second.cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+        c10::Storage(entry->cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     if (t.is_conj()) alias._set_conj(true);
     if (t.is_neg()) alias._set_neg(true);
@@ -58,7 +63,7 @@ class Aliaser {
   // argument stays that memory; memory the kernel allocated is copied once.
   at::Tensor toInfini(const at::Tensor& t, int64_t* bytes_copied) {
     if (!t.defined() || !device_) return t;
-    for (const auto& [impl, entry] : storages_) {
+    for (const Entry& entry : storages_) {
       if (t.storage().is_alias_of(entry.cpu)) {
         return entry.infini.as_strided(t.sizes(), t.strides(), t.storage_offset());
       }
@@ -71,10 +76,13 @@ class Aliaser {
 
  private:
   struct Entry {
-    c10::Storage cpu;
-    at::Tensor infini;  // a tensor of that storage (keeps it alive)
+    c10::StorageImpl* impl = nullptr;  // the infini storage
+    c10::Storage cpu;                  // the CPU storage over the same memory
+    at::Tensor infini;                 // a tensor of that storage (keeps it alive)
   };
-  std::unordered_map<c10::StorageImpl*, Entry> storages_;
+  // A handful per call: a linear search beats hashing. Entries never move
+  // while pointers to them are held (push only, read after).
+  std::deque<Entry> storages_;
   std::optional<c10::Device> device_;
 };
 
@@ -102,8 +110,8 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t begin = stack->size() - num_args;
-  const std::vector<c10::IValue> original(stack->begin() + static_cast<std::ptrdiff_t>(begin),
-                                          stack->end());
+  const c10::SmallVector<c10::IValue, 8> original(
+      stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
   Aliaser aliaser;
   for (size_t i = begin; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];

@@ -147,6 +147,31 @@ def test_cpu_zero_dim_operand_and_empty_tensors() -> None:
     assert empty.shape == (0, 3) and empty.device == DEVICE
 
 
+def test_found_by_the_op_db_sweep() -> None:
+    """Each once wrong, crashing or refused (issue 11's op_db sweep)."""
+    # "infini" without an index is the current device (was a segfault)
+    assert_bitwise_equal(torch.tril_indices(3, 3, device="infini"), torch.tril_indices(3, 3))
+    # an out= of 0 elements resized within its memory takes the new shape
+    x_cpu, x = torch.zeros(1, 0, 3), torch.zeros(1, 0, 3, device=DEVICE)
+    assert torch.logical_not(x).shape == torch.logical_not(x_cpu).shape == (1, 0, 3)
+    assert torch.isfinite(x).shape == (1, 0, 3)
+    assert torch.eye(0, device=DEVICE).shape == (0, 0)
+    # an out= the CPU kernel grows keeps the CPU's layout (column-major here)
+    a, b = make_cpu((2, 3), torch.float32), make_cpu((2, 3), torch.float32, seed=1)
+    solution = torch.linalg.lstsq(a.to(DEVICE), b.to(DEVICE)).solution
+    expected = torch.linalg.lstsq(a, b).solution
+    assert solution.stride() == expected.stride()
+    # LAPACK's result depends on the memory's alignment (the fallback's copy
+    # of the input sits elsewhere): equal values, not necessarily equal bits
+    torch.testing.assert_close(solution.cpu(), expected)
+    # conjugate views materialize through the CPU instead of refusing
+    z = torch.randn(3, dtype=torch.complex64, generator=torch.Generator().manual_seed(2))
+    assert_bitwise_equal(z.to(DEVICE).conj().resolve_conj(), z.conj().resolve_conj())
+    # other layouts are refused clearly
+    with raises_exactly(NotImplementedError, match="strided .* only, not the Sparse layout"):
+        torch.ones(3, 3, device=DEVICE).to_sparse()
+
+
 def test_autograd_through_fallback_operators() -> None:
     a = make_cpu((3, 4), torch.float32).requires_grad_()
     b = make_cpu((3, 4), torch.float32, seed=5).requires_grad_()

@@ -206,15 +206,17 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor expanded = expandTo(src, dst.sizes());
 
   if (isInfini(dst) && isInfini(src)) {
-    // Equal conj/neg bits cancel: the stored values copy as they are. Differing
-    // bits need a conjugate or negate kernel, which the seam does not have.
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        src.is_conj() == dst.is_conj() && src.is_neg() == dst.is_neg(),
-        "copy_: materializing a conjugate or negative view on infini (e.g. resolve_conj()) is "
-        "not supported (backend '",
-        runtime::get().name(),
-        "'); copy the view to the CPU and "
-        "resolve it there");
+    if (src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg()) {
+      // Differing bits need a conjugate or negate kernel, which the seam does
+      // not have: the values go through the CPU, whose copies resolve the
+      // source's bits on the way down and apply the destination's on the
+      // way up (resolve_conj(), ...). Synchronous.
+      at::Tensor host = at::empty(expanded.sizes(), expanded.options().device(at::kCPU));
+      host.copy_(expanded);
+      copy_from(host, dst, /*non_blocking=*/false);
+      return dst;
+    }
+    // Equal bits cancel: the stored values copy as they are.
     if (hasViewBits(dst)) {
       at::Tensor plain_dst = dst.is_conj() ? at::_conj(dst) : dst;
       plain_dst = plain_dst.is_neg() ? at::_neg_view(plain_dst) : plain_dst;
@@ -252,7 +254,15 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  dst.resize_(self.sizes());
+  // (The CPU fallback's out= path.) A destination resized here takes the
+  // source's layout when that is dense, as the CPU kernel gave its own out=
+  // (a column-major lstsq solution stays column-major).
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+    if (self.is_non_overlapping_and_dense() && !dst.strides().equals(self.strides())) {
+      dst.as_strided_(self.sizes(), self.strides());
+    }
+  }
   return copy_from(self, dst, false);
 }
 

@@ -22,12 +22,20 @@
 namespace torch_infini::ops {
 namespace {
 
+// infini tensors are strided: sparse and other layouts are refused clearly.
+void requireStrided(const at::Tensor& t) {
+  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
+                              "infini supports strided (dense) tensors only, not the ", t.layout(),
+                              " layout");
+}
+
 class Aliaser {
  public:
   // t itself unless it is an infini tensor; then a CPU tensor over the same
   // memory, with the same geometry and view bits.
   at::Tensor toCpu(const at::Tensor& t) {
     if (!t.defined() || !isInfini(t)) return t;
+    requireStrided(t);
     noteDevice(t.device());
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     Entry* entry = nullptr;
@@ -50,6 +58,8 @@ class Aliaser {
   }
 
   void noteDevice(c10::Device device) {
+    // "infini" without an index is the current device, as for CUDA.
+    if (!device.has_index()) device = c10::Device(device.type(), currentDevice());
     if (!device_) {
       device_ = device;
       return;
@@ -63,6 +73,7 @@ class Aliaser {
   // argument stays that memory; memory the kernel allocated is copied once.
   at::Tensor toInfini(const at::Tensor& t, int64_t* bytes_copied) {
     if (!t.defined() || !device_) return t;
+    requireStrided(t);
     for (const Entry& entry : storages_) {
       if (t.storage().is_alias_of(entry.cpu)) {
         return entry.infini.as_strided(t.sizes(), t.strides(), t.storage_offset());
@@ -113,10 +124,18 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const c10::SmallVector<c10::IValue, 8> original(
       stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
   Aliaser aliaser;
+  // Mutable tensor arguments (in-place self, out=) and their CPU aliases: a
+  // CPU kernel may give them a new shape within their memory (an out= of 0
+  // elements resized to (1, 0, 3)), which the infini tensor must take too.
+  c10::SmallVector<std::pair<size_t, at::Tensor>, 4> mutable_aliases;
   for (size_t i = begin; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];
     if (value.isTensor()) {
       value = aliaser.toCpu(value.toTensor());
+      const c10::AliasInfo* info = schema.arguments()[i - begin].alias_info();
+      if (info != nullptr && info->isWrite() && isInfini(original[i - begin].toTensor())) {
+        mutable_aliases.emplace_back(i - begin, value.toTensor());
+      }
     } else if (value.isTensorList()) {
       c10::List<at::Tensor> list;
       for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(aliaser.toCpu(t));
@@ -157,6 +176,15 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     stack->resize(begin);
     stack->insert(stack->end(), original.begin(), original.end());
     return false;
+  }
+  for (const auto& [index, alias] : mutable_aliases) {
+    const at::Tensor& target = original[index].toTensor();
+    if (!target.sizes().equals(alias.sizes()) || !target.strides().equals(alias.strides()) ||
+        target.storage_offset() != alias.storage_offset()) {
+      // Same memory (the alias's storage cannot grow): only the geometry moved.
+      target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
+                                                          alias.storage_offset());
+    }
   }
   const size_t num_returns = schema.returns().size();
   const size_t ret_begin = stack->size() - num_returns;

@@ -18,22 +18,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch_infini  # registers the infini device
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = REPO_ROOT / "tools"
-if str(TOOLS_DIR) not in sys.path:
-    sys.path.insert(0, str(TOOLS_DIR))
+# The report tools, and the Python suite's shared test helpers.
+for _path in (TOOLS_DIR, REPO_ROOT / "tests" / "python"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-FALLBACK_OFF_REASON = (
-    "runs with the CPU fallback off (torch_infini.cpu_fallback.strict()): asserts a refusal"
-)
+from infini_testing import FALLBACK_OFF_REASON, cpu_fallback_mode_guard  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,19 +67,5 @@ def _restore_device_state() -> Iterator[None]:
             module.synchronize(index)
 
 
-@pytest.fixture(autouse=True)
-def _cpu_fallback_mode(request: pytest.FixtureRequest) -> Iterator[None]:
-    """``fallback_off`` tests run in a strict region; no test may leave the mode changed.
-
-    Only the mode is checked (and put back after a failure, so one leak does
-    not fail every later test); allow/deny lists and stats are left alone.
-    """
-    before = torch_infini.cpu_fallback.mode()
-    strict = request.node.get_closest_marker("fallback_off") is not None
-    expected = "off" if strict else before
-    with torch_infini.cpu_fallback.strict() if strict else nullcontext():
-        yield
-        left = torch_infini.cpu_fallback.mode()
-    if left != expected:
-        torch_infini.cpu_fallback.set_mode(before)
-        pytest.fail(f"the test changed the CPU fallback mode from {expected!r} to {left!r}")
+# fallback_off tests run with the CPU fallback off; no test leaks a mode change.
+_cpu_fallback_mode = pytest.fixture(autouse=True)(cpu_fallback_mode_guard)

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import torch
 import torch_infini
+from infini_testing import bit_patterns
 from op_coverage import (
     OpCase,
     adapt_sample,
@@ -279,19 +280,6 @@ def test_undeclared_dtype_is_refused(case: OpCase) -> None:
     assert refused > 0, f"no sample of {opinfo_id(case.opinfo)} in {case.dtype} applies"
 
 
-_SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The stored bit patterns of a CPU tensor's values (-0.0 is not 0.0, NaN payloads count)."""
-    t = t.resolve_conj().resolve_neg()
-    if t.dtype.is_complex:
-        t = torch.view_as_real(t)
-    if t.dtype.is_floating_point:
-        t = t.view(_SAME_WIDTH_INT[t.element_size()])
-    return t
-
-
 def _compare_bitwise(got: Any, expected: Any, what: _Where) -> None:
     """``got`` is ``expected`` on infini, bit for bit: the fallback ran the CPU's own kernel."""
     if isinstance(expected, torch.Tensor):
@@ -301,7 +289,9 @@ def _compare_bitwise(got: Any, expected: Any, what: _Where) -> None:
         assert (got.shape, got.dtype) == (expected.shape, expected.dtype), (
             f"{what}: {tuple(got.shape)} {got.dtype} != {tuple(expected.shape)} {expected.dtype}"
         )
-        assert torch.equal(_bits(got), _bits(expected)), f"{what}: not bit for bit the CPU's"
+        assert torch.equal(bit_patterns(got), bit_patterns(expected)), (
+            f"{what}: not bit for bit the CPU's"
+        )
     elif isinstance(expected, (tuple, list)):
         assert isinstance(got, (tuple, list)) and len(got) == len(expected), what
         for g, e in zip(got, expected, strict=True):

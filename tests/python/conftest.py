@@ -22,16 +22,15 @@ dtype or shape without a kernel) and run inside
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import nullcontext
 
 import pytest
 import torch
-import torch_infini  # registers the infini device
 from hypothesis import HealthCheck, settings
 from infini_testing import (
     ASYNC_HOST_REASON,
     FALLBACK_OFF_REASON,
     TWO_DEVICES_REASON,
+    cpu_fallback_mode_guard,
     has_async_host,
     has_two_devices,
 )
@@ -81,19 +80,5 @@ def _restore_infini_state() -> Iterator[None]:
         torch.infini.synchronize(index)
 
 
-@pytest.fixture(autouse=True)
-def _cpu_fallback_mode(request: pytest.FixtureRequest) -> Iterator[None]:
-    """``fallback_off`` tests run in a strict region; no test may leave the mode changed.
-
-    Only the mode is checked (and put back after a failure, so one leak does
-    not fail every later test); allow/deny lists and stats are left alone.
-    """
-    before = torch_infini.cpu_fallback.mode()
-    strict = request.node.get_closest_marker("fallback_off") is not None
-    expected = "off" if strict else before
-    with torch_infini.cpu_fallback.strict() if strict else nullcontext():
-        yield
-        left = torch_infini.cpu_fallback.mode()
-    if left != expected:
-        torch_infini.cpu_fallback.set_mode(before)
-        pytest.fail(f"the test changed the CPU fallback mode from {expected!r} to {left!r}")
+# fallback_off tests run with the CPU fallback off; no test leaks a mode change.
+_cpu_fallback_mode = pytest.fixture(autouse=True)(cpu_fallback_mode_guard)

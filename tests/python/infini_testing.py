@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pytest
 import torch
@@ -87,7 +87,7 @@ def make_convertible(shape: Sequence[int], dtype: torch.dtype, seed: int = 0) ->
 _SAME_WIDTH_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bit_patterns(t: torch.Tensor) -> torch.Tensor:
     """The stored bit patterns of ``t``'s values (conj/neg bits resolved first)."""
     t = t.resolve_conj().resolve_neg()
     if t.dtype.is_complex:
@@ -108,7 +108,7 @@ def assert_bitwise_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
     got = actual.cpu() if actual.device.type != "cpu" else actual
     assert got.shape == expected.shape, f"shape {tuple(got.shape)} != {tuple(expected.shape)}"
     assert got.dtype == expected.dtype, f"dtype {got.dtype} != {expected.dtype}"
-    got_bits, want_bits = _bits(got), _bits(expected)
+    got_bits, want_bits = bit_patterns(got), bit_patterns(expected)
     if not torch.equal(got_bits, want_bits):
         diff = (got_bits != want_bits).reshape(-1)
         if got.dtype.is_complex:  # real/imag pairs
@@ -175,3 +175,21 @@ def run_python(
 
 def describe(proc: subprocess.CompletedProcess[str]) -> str:
     return f"exit status {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+
+
+def cpu_fallback_mode_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Both suites' autouse fixture: ``fallback_off`` tests run in a strict
+    region; no test may leave the CPU fallback mode changed.
+
+    Only the mode is checked (and put back after a failure, so one leak does
+    not fail every later test); allow/deny lists and stats are left alone.
+    """
+    before = torch_infini.cpu_fallback.mode()
+    strict = request.node.get_closest_marker("fallback_off") is not None
+    expected = "off" if strict else before
+    with torch_infini.cpu_fallback.strict() if strict else nullcontext():
+        yield
+        left = torch_infini.cpu_fallback.mode()
+    if left != expected:
+        torch_infini.cpu_fallback.set_mode(before)
+        pytest.fail(f"the test changed the CPU fallback mode from {expected!r} to {left!r}")

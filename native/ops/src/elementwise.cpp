@@ -344,28 +344,23 @@ at::Tensor& zero_(at::Tensor& self) {
 
 // Calls a kernel refuses (a dtype, shape or argument it does not serve) run
 // in the CPU fallback, under its policy.
-#define INFINI_IMPL(schema, op, kernel) \
-  m.impl(schema, TORCH_FN((OrCpuFallback<at::_ops::op, &kernel>::call)))
-
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  INFINI_IMPL("add.Tensor", add_Tensor, add_Tensor);
-  INFINI_IMPL("add_.Tensor", add__Tensor, add__Tensor);
-  INFINI_IMPL("add.out", add_out, add_out);
-  INFINI_IMPL("mul.Tensor", mul_Tensor, mul_Tensor);
-  INFINI_IMPL("mul_.Tensor", mul__Tensor, mul__Tensor);
-  INFINI_IMPL("mul.out", mul_out, mul_out);
-  INFINI_IMPL("relu", relu, relu);
-  INFINI_IMPL("relu_", relu_, relu_);
-  INFINI_IMPL("relu.out", relu_out, relu_out);
-  INFINI_IMPL("silu", silu, silu);
-  INFINI_IMPL("silu_", silu_, silu_);
-  INFINI_IMPL("silu.out", silu_out, silu_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "add.Tensor", add_Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "add_.Tensor", add__Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "add.out", add_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.Tensor", mul_Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul_.Tensor", mul__Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.out", mul_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu", relu);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu_", relu_);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu.out", relu_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu", silu);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu_", silu_);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu.out", silu_out);
   m.impl("fill_.Scalar", fill_Scalar);
   m.impl("fill_.Tensor", fill_Tensor);
   m.impl("zero_", zero_);
 }
-
-#undef INFINI_IMPL
 
 }  // namespace
 }  // namespace torch_infini::ops

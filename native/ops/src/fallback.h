@@ -1,7 +1,7 @@
 // Native kernels that refuse a call (a dtype, shape or argument they do not
 // serve) hand it to the CPU fallback, under its policy, with the refusal as
-// the reason. Registrations wrap such kernels:
-//   m.impl("add.Tensor", TORCH_FN((OrCpuFallback<at::_ops::add_Tensor, &add_Tensor>::call)));
+// the reason. Registrations wrap such kernels, named like at::_ops' structs:
+//   TORCH_INFINI_IMPL_OR_FALLBACK(m, "add.Tensor", add_Tensor);
 // A kernel refuses with NotImplementedError before it allocates an output
 // or enqueues work, so the fallback sees the arguments untouched.
 #pragma once
@@ -36,3 +36,8 @@ struct OrCpuFallback<Op, Kernel> {
 };
 
 }  // namespace torch_infini::ops
+
+// Registers `kernel` (a function named like its at::_ops struct) for
+// `schema`, its refusals running in the CPU fallback.
+#define TORCH_INFINI_IMPL_OR_FALLBACK(m, schema, kernel) \
+  (m).impl(schema, TORCH_FN((::torch_infini::ops::OrCpuFallback<at::_ops::kernel, &kernel>::call)))

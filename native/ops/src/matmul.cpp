@@ -142,19 +142,14 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
 
 // Calls a kernel refuses (a dtype, shape or argument it does not serve) run
 // in the CPU fallback, under its policy.
-#define INFINI_IMPL(schema, op, kernel) \
-  m.impl(schema, TORCH_FN((OrCpuFallback<at::_ops::op, &kernel>::call)))
-
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  INFINI_IMPL("mm", mm, mm);
-  INFINI_IMPL("mm.out", mm_out, mm_out);
-  INFINI_IMPL("bmm", bmm, bmm);
-  INFINI_IMPL("bmm.out", bmm_out, bmm_out);
-  INFINI_IMPL("addmm", addmm, addmm);
-  INFINI_IMPL("addmm.out", addmm_out, addmm_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "mm", mm);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "mm.out", mm_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "bmm", bmm);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "bmm.out", bmm_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "addmm", addmm);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "addmm.out", addmm_out);
 }
-
-#undef INFINI_IMPL
 
 }  // namespace
 }  // namespace torch_infini::ops

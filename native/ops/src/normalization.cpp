@@ -88,9 +88,7 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normal
 }
 
 // A call the kernel refuses (shape, dtype) runs in the CPU fallback.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("rms_norm", TORCH_FN((OrCpuFallback<at::_ops::rms_norm, &rms_norm>::call)));
-}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TORCH_INFINI_IMPL_OR_FALLBACK(m, "rms_norm", rms_norm); }
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", rms_norm_autograd); }
 
 }  // namespace

@@ -52,11 +52,8 @@ CASES: dict[str, GradCase] = {
         "aten::addmm",
         lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2),
         [(3, 5), (3, 4), (4, 5)],
-        same_kernel=False,
     ),
-    "addmm (Linear bias)": GradCase(
-        "aten::addmm", torch.addmm, [(5,), (3, 4), (4, 5)], same_kernel=False
-    ),
+    "addmm (Linear bias)": GradCase("aten::addmm", torch.addmm, [(5,), (3, 4), (4, 5)]),
     "rms_norm": GradCase(
         "aten::rms_norm", lambda x, w: F.rms_norm(x, [4], w, 1e-5), [(3, 4), (4,)]
     ),

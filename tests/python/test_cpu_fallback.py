@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch_infini
 from infini_testing import (
     assert_bitwise_equal,
@@ -259,31 +260,71 @@ def test_declared_kernels_never_reach_the_fallback() -> None:
     assert fallback.stats() == {}
 
 
-def test_cpu_fused_kernels_are_not_decomposed() -> None:
-    """An operator with both a CPU kernel and a CompositeImplicitAutograd
-    decomposition must reach the fallback whole on infini (the decomposition
-    rounds differently from the CPU's fused kernel): fallback.cpp lists them."""
-    decomposed = []
-    for name in torch._C._dispatch_get_all_op_names():
-        if not name.startswith("aten::"):
+def _bypassed_cpu_kernels() -> list[str]:
+    """Operators whose CPU kernel PyTorch would bypass on a backend without one of its own.
+
+    A CPU kernel, no infini kernel, and a composite that such a backend gets
+    instead (CompositeExplicitAutograd, or CompositeImplicitAutograd); view
+    and random operators aside (never through the fallback).
+    """
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    found = []
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::") or not has(full, "CPU") or has(full, "PrivateUse1"):
             continue
-        try:
-            schemas = torch._C._jit_get_schemas_for_operator(name)
-        except RuntimeError:
+        composites = ("CompositeExplicitAutograd", "CompositeImplicitAutograd")
+        if not any(has(full, key) for key in composites):
             continue
-        for schema in schemas:
-            full = f"{name}.{schema.overload_name}" if schema.overload_name else name
-            try:
-                has = torch._C._dispatch_has_kernel_for_dispatch_key
-                if (
-                    has(full, "CompositeImplicitAutograd")
-                    and has(full, "CPU")
-                    and not has(full, "PrivateUse1")
-                ):
-                    decomposed.append(full)
-            except RuntimeError:
-                continue
-    assert decomposed == []
+        name, _, overload = full.partition(".")
+        schema = torch._C._get_schema(name, overload)
+        op = getattr(getattr(torch.ops.aten, name.removeprefix("aten::")), overload or "default")
+        if torch.Tag.nondeterministic_seeded in op.tags:
+            continue
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            continue
+        found.append(full)
+    return found
+
+
+def test_cpu_kernels_are_not_decomposed() -> None:
+    """The CPU's own kernel runs whole where PyTorch would decompose on infini.
+
+    The decomposition rounds differently (fallback.cpp routes these to the
+    fallback); so do convolutions, which PyTorch sends to
+    convolution_overrideable on other backends.
+    """
+    assert _bypassed_cpu_kernels() == []
+    routed = set(fallback.routed_operators())
+    assert {"aten::native_layer_norm", "aten::native_group_norm", "aten::addr"} <= routed
+    assert {"aten::convolution", "aten::convolution_backward", "aten::silu_backward"} <= routed
+    x, w = make_cpu((2, 3, 7, 6), torch.float32), make_cpu((6, 3, 3, 3), torch.float32, seed=1)
+    b, g = make_cpu((6,), torch.float32, seed=2), make_cpu((2, 6, 5, 6), torch.float32, seed=3)
+
+    def run(device: str) -> list[torch.Tensor]:
+        xd, wd, bd = (t.to(device).requires_grad_() for t in (x, w, b))
+        y = F.conv2d(xd, wd, bd, padding=(0, 1))
+        z = F.group_norm(F.layer_norm(y, (5, 6)), 3)
+        z.backward(g.to(device))
+        outer = torch.addr(bd.detach().outer(bd.detach()), bd.detach(), bd.detach(), beta=0.5)
+        return [y, z, xd.grad, wd.grad, bd.grad, outer]
+
+    for got, want in zip(run("infini"), run("cpu"), strict=True):
+        assert_bitwise_equal(got, want)
+
+
+def test_sparse_nested_and_quantized_tensors_are_refused_clearly() -> None:
+    dense = make_cpu((3, 3), torch.float32)
+    with raises_exactly(NotImplementedError, match="strided .* only, not sparse COO tensors"):
+        dense.to_sparse().to(DEVICE)
+    csr = dense.to_sparse_csr().to(DEVICE)  # its members are dense infini tensors
+    with raises_exactly(NotImplementedError, match="strided .* only, not sparse compressed"):
+        csr.to_dense()
+    quantized = torch.quantize_per_tensor(dense, 0.1, 0, torch.qint8)
+    with raises_exactly(NotImplementedError, match="strided .* only, not quantized tensors"):
+        quantized.to(DEVICE)
+    nested = torch.nested.as_nested_tensor([dense, dense[:2]])
+    with raises_exactly(NotImplementedError, match="strided .* only, not nested tensors"):
+        nested.to(DEVICE)
 
 
 def _ones(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:

@@ -24,13 +24,11 @@ from op_helpers import (
 )
 from torch import nn
 
-# On host every layer runs the CPU's own kernel: bit for bit (assert_matches).
-# Elsewhere (InfiniOps) each of 2-3 layers (gemm sums over 8-40 products) rounds
-# in its own order and the differences compound: above assert_close's defaults.
+# On host every layer runs the CPU's own kernel: bit for bit (assert_matches),
+# a biased nn.Linear (addmm) included. Elsewhere (InfiniOps) each of 2-3 layers
+# (gemm sums over 8-40 products) rounds in its own order and the differences
+# compound: above assert_close's defaults.
 MODULE_TOL: dict[str, object] = {} if runs_cpu_kernels() else {"rtol": 1e-4, "atol": 1e-4}
-# A biased nn.Linear is addmm, which on host is Gemm then Add(bias): not the
-# CPU's single BLAS call (see test_ops_matmul.ADDMM_TOL), so no bitwise claim.
-BIASED_TOL: dict[str, object] = {"same_kernel": False, **MODULE_TOL}
 
 
 class MLP(nn.Module):
@@ -99,7 +97,7 @@ def test_linear(shape: tuple[int, ...], bias: bool) -> None:
     assert torch.float32 in KERNEL_DTYPES["addmm"] and torch.float32 in KERNEL_DTYPES["mm"]
     model = _seeded(nn.Linear(16, 12, bias=bias), seed=1)
     result, expected = _run_both(model, make_cpu(shape, torch.float32, seed=2))
-    assert_matches(result, expected, **(BIASED_TOL if bias else MODULE_TOL))
+    assert_matches(result, expected, **MODULE_TOL)
 
 
 def test_linear_functional() -> None:
@@ -107,14 +105,14 @@ def test_linear_functional() -> None:
     w_cpu = make_cpu((6, 8), torch.float32, seed=4)
     b_cpu = make_cpu((6,), torch.float32, seed=5)
     got = F.linear(x_cpu.to(DEVICE), w_cpu.to(DEVICE), b_cpu.to(DEVICE))
-    assert_matches(got, F.linear(x_cpu, w_cpu, b_cpu), **BIASED_TOL)
+    assert_matches(got, F.linear(x_cpu, w_cpu, b_cpu), **MODULE_TOL)
 
 
 @pytest.mark.parametrize("shape", [(6, 16), (2, 5, 16)], ids=str)
 def test_mlp(shape: tuple[int, ...]) -> None:
     model = _seeded(MLP(16, 32), seed=6)
     result, expected = _run_both(model, make_cpu(shape, torch.float32, seed=7))
-    assert_matches(result, expected, **BIASED_TOL)
+    assert_matches(result, expected, **MODULE_TOL)
 
 
 @pytest.mark.parametrize("shape", [(6, 16), (2, 5, 16)], ids=str)
@@ -140,7 +138,7 @@ def test_sequential_stack_repeated_calls() -> None:
     with torch.no_grad():
         for seed in range(3):
             x_cpu = make_cpu((3, 8), torch.float32, seed=13 + seed)
-            assert_matches(dev_model(x_cpu.to(DEVICE)), model(x_cpu), **BIASED_TOL)
+            assert_matches(dev_model(x_cpu.to(DEVICE)), model(x_cpu), **MODULE_TOL)
 
 
 def test_module_infini_method_moves_parameters() -> None:
@@ -149,7 +147,7 @@ def test_module_infini_method_moves_parameters() -> None:
     assert all(p.device == torch.device("infini", 0) for p in dev_model.parameters())
     x_cpu = make_cpu((2, 8), torch.float32, seed=15)
     with torch.no_grad():
-        assert_matches(dev_model(x_cpu.infini()), model(x_cpu), device="infini:0", **BIASED_TOL)
+        assert_matches(dev_model(x_cpu.infini()), model(x_cpu), device="infini:0", **MODULE_TOL)
 
 
 MODELS = {
@@ -168,9 +166,7 @@ def test_models_on_second_device(name: str) -> None:
     model = _seeded(MODELS[name](), seed=16)
     x_cpu = make_cpu((2, 3, 16), torch.float32, seed=17)
     result, expected = _run_both(model, x_cpu, device="infini:1")
-    assert_matches(
-        result, expected, device="infini:1", **(BIASED_TOL if HAS_BIAS[name] else MODULE_TOL)
-    )
+    assert_matches(result, expected, device="infini:1", **MODULE_TOL)
     assert torch.infini.current_device() == 0
     # the same model refuses inputs on the other device
     dev_model = copy.deepcopy(model).to("infini:1")
@@ -236,8 +232,8 @@ def test_unsupported_operator_in_a_model_falls_back_to_the_cpu(name: str) -> Non
     model = _seeded(UNSUPPORTED_MODELS[name][0](), seed=20)
     with torch_infini.cpu_fallback.allowed("silent"):
         result, expected = _run_both(model, make_cpu((2, 8), torch.float32, seed=21))
-    # the biased Linear layers are native (BIASED_TOL); the fallback operator is the CPU's
-    assert_matches(result, expected, **BIASED_TOL)
+    # the biased Linear layers are native; the fallback operator is the CPU's
+    assert_matches(result, expected, **MODULE_TOL)
 
 
 COMPOSED: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {

@@ -255,12 +255,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   // (The CPU fallback's out= path.) A destination resized here takes the
-  // source's layout when that is dense, as the CPU kernel gave its own out=
-  // (a column-major lstsq solution stays column-major).
+  // source's layout, as the CPU kernel gave its own out= (a column-major
+  // lstsq solution stays column-major).
+  // A source that is not dense (lstsq's solution is the top rows of a
+  // column-major buffer) is mirrored with a storage as large as it spans.
   if (!dst.sizes().equals(self.sizes())) {
-    dst.resize_(self.sizes());
-    if (self.is_non_overlapping_and_dense() && !dst.strides().equals(self.strides())) {
-      dst.as_strided_(self.sizes(), self.strides());
+    if (self.is_non_overlapping_and_dense()) {
+      dst.resize_(self.sizes());
+      if (!dst.strides().equals(self.strides())) dst.as_strided_(self.sizes(), self.strides());
+    } else {
+      int64_t extent = self.storage_offset() + 1;
+      for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
+      dst.resize_({self.numel() == 0 ? 0 : extent});
+      dst.as_strided_(self.sizes(), self.strides(), self.storage_offset());
     }
   }
   return copy_from(self, dst, false);

@@ -14,15 +14,18 @@
 
 #include "fallback.h"
 #include "host_fallback.h"
+#include "torch_infini/ops/operator_table.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -220,8 +223,6 @@ void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 FallbackMode fallbackMode() { return policy().mode.load(); }
 
-std::vector<std::string> fallbackRoutedOperators();
-
 void setFallbackMode(FallbackMode mode) { policy().mode.store(mode); }
 
 const char* fallbackModeName(FallbackMode mode) {
@@ -289,24 +290,98 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
 }
 
-// Operators PyTorch decomposes (CompositeImplicitAutograd) on a backend
-// without a kernel of its own although the CPU has a fused kernel: the
-// fallback runs that CPU kernel whole, so results are the CPU's bit for bit
-// (the decomposition rounds differently). Each has a derivative formula, so
-// autograd keeps working. test_cpu_fallback.py keeps the list complete.
-constexpr const char* kRoutedToFallback[] = {"silu_backward", "mish_backward",
-                                             "native_channel_shuffle"};
+// infini tensors are strided and dense. Sparse, nested and quantized tensors
+// can still be made with infini members (`sparse.to("infini")`); every
+// operator without a kernel for them names what is unsupported.
+template <const char* kKind>
+void refuseTensorKind(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "'", qualifiedName(op),
+                              "': infini supports strided (dense) tensors only, not ", kKind,
+                              " tensors (backend '", backendName(), "').");
+}
+constexpr char kSparse[] = "sparse COO";
+constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
+constexpr char kNested[] = "nested";
+constexpr char kQuantized[] = "quantized";
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseTensorKind<kSparse>>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseTensorKind<kSparseCsr>>());
+}
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseTensorKind<kNested>>());
+}
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseTensorKind<kQuantized>>());
+}
+
+// Operators whose CPU kernel would not run under PyTorch's dispatch rules
+// for a backend without a kernel of its own; each is registered for infini
+// with the fallback, so the CPU kernel runs whole and results are the CPU's
+// bit for bit. They are not infini kernels: torch_infini.operators() does not
+// list them; cpu_fallback.routed_operators() does.
+//
+// 1. The CPU has its own kernel while other backends get a composite
+//    decomposition (CompositeExplicitAutograd, or CompositeImplicitAutograd
+//    with a derivative formula so autograd keeps working): native_layer_norm,
+//    native_group_norm, addr, silu_backward, ... -- the decomposition rounds
+//    differently. Found in the dispatcher, so a new PyTorch brings its own.
+// 2. Convolutions: PyTorch sends a backend outside its list (CPU, CUDA,
+//    MKLDNN, ...) to convolution_overrideable; the CPU's convolution runs
+//    instead, and autograd's convolution_backward with it.
+namespace {
+
+constexpr const char* kConvolutions[] = {"aten::convolution", "aten::_convolution",
+                                         "aten::convolution_backward"};
+
+bool hasInfiniKernel(const std::string& name) {
+  for (const OperatorEntry& entry : bridgeOperators())
+    if (entry.name == name) return true;
+  return false;
+}
+
+bool cpuKernelIsBypassed(const c10::OperatorHandle& op) {
+  using c10::DispatchKey;
+  if (!op.hasSchema() || !op.hasKernelForDispatchKey(DispatchKey::CPU)) return false;
+  const bool explicit_composite =
+      op.hasKernelForDispatchKey(DispatchKey::CompositeExplicitAutograd);
+  const bool implicit_with_formula =
+      op.hasKernelForDispatchKey(DispatchKey::CompositeImplicitAutograd) &&
+      op.hasKernelForDispatchKey(DispatchKey::Autograd);
+  return (explicit_composite || implicit_with_formula) && !isView(op.schema()) &&
+         !op.hasTag(at::Tag::nondeterministic_seeded);
+}
+
+const std::vector<std::string>& routedOperators() {
+  // Computed while this library loads: ATen's registrations (libtorch_cpu)
+  // are complete by then, and infini's own kernels are bridgeOperators().
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> found(std::begin(kConvolutions), std::end(kConvolutions));
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
+      if (op_name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(op_name);
+      if (!op.has_value() || !cpuKernelIsBypassed(*op)) continue;
+      std::string name = qualifiedName(*op);
+      if (!hasInfiniKernel(name)) found.push_back(std::move(name));
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  }();
+  return names;
+}
+
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* name : kRoutedToFallback) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
+  for (const std::string& name : routedOperators()) {
+    m.impl(name.substr(std::strlen("aten::")).c_str(),
+           torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
   }
 }
 
-std::vector<std::string> fallbackRoutedOperators() {
-  std::vector<std::string> names;
-  for (const char* name : kRoutedToFallback) names.push_back(std::string("aten::") + name);
-  return names;
-}
+std::vector<std::string> fallbackRoutedOperators() { return routedOperators(); }
 
 }  // namespace torch_infini::ops

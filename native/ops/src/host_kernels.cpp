@@ -190,21 +190,27 @@ class HostKernels final : public KernelProvider {
         out, x);
   }
 
-  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha, float beta,
             runtime::StreamHandle stream) override {
     submit(
         stream,
-        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+        [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
           at::Tensor o = out0(o_ref);
-          // beta = 0: the output's previous contents are ignored, as in Gemm.
+          // The CPU's own addmm with self = out: one BLAS call, which is
+          // exactly how the CPU's addmm adds its bias (copied into out first).
           if (o_ref.dim() == 3) {
-            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), beta, alpha);
           } else {
-            at::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::addmm_out(o, o, in1(a_ref), in2(b_ref), beta, alpha);
           }
         },
         out, a, b);
   }
+
+  bool gemmBeta() const override { return true; }
+  // The CPU's addmm takes any out= layout (a transposed out is computed
+  // transposed, not through a row-major temporary): so does host.
+  bool gemmStridedOutput() const override { return true; }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
     submit(

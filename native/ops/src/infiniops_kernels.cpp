@@ -219,8 +219,9 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
-  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha, float beta,
             runtime::StreamHandle stream) override {
+    TORCH_INTERNAL_ASSERT(beta == 0.0f, "infiniops gemm: the bridge sent beta ", beta);
 #if TORCH_INFINI_OPS_HAS_GEMM
     const std::optional<infini::ops::Tensor> no_c;
     const std::optional<float> alpha_opt{alpha};
@@ -232,6 +233,11 @@ class InfiniOpsKernels final : public KernelProvider {
     unavailable("gemm");
 #endif
   }
+
+  // InfiniOps' Gemm asserts that it gets no C input (base/gemm.h,
+  // EffectiveBeta): addmm's bias is added by Add after the product.
+  bool gemmBeta() const override { return false; }
+  bool gemmStridedOutput() const override { return false; }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
 #if TORCH_INFINI_OPS_HAS_RELU

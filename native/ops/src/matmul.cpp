@@ -1,7 +1,8 @@
 // Matrix products: mm, bmm, addmm (and their out= variants) through the
 // kernel seam's Gemm. Transposed operands go to the kernel as strided views
 // (no copy) as long as one of their last two dimensions has unit stride.
-// addmm composes Gemm (alpha) and Add (beta * bias, broadcast).
+// addmm is one Gemm accumulating into the bias where the provider has
+// gemmBeta() (as the CPU's addmm), else Gemm (alpha) then Add (beta * bias).
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
@@ -45,17 +46,23 @@ void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, i
   requireKernel(name, Op::Gemm, a.scalar_type());
 }
 
-// result = alpha * a @ b, written into `result` (shape checked by callers).
-void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b, float alpha) {
+// result = alpha * a @ b + beta * result (shape checked by callers); beta is
+// nonzero only where the provider has gemmBeta().
+void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b, float alpha,
+              float beta = 0.0f) {
   if (result.numel() == 0) return;
-  if (a.size(-1) == 0) {  // empty inner dimension: the product is all zeros
+  if (a.size(-1) == 0 && beta == 0.0f) {  // empty inner dimension: the product is all zeros
     result.zero_();
     return;
   }
-  // The kernel writes a dense row-major output; anything else goes via a temp.
-  const bool direct = result.is_contiguous();
-  at::Tensor target = direct ? result : at::empty(result.sizes(), result.options());
-  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), alpha,
+  // Unless the provider writes any layout, the kernel writes a dense
+  // row-major output; anything else goes via a temporary (holding result's
+  // values where beta reads them).
+  const bool direct = result.is_contiguous() || kernels().gemmStridedOutput();
+  at::Tensor target = direct         ? result
+                      : beta == 0.0f ? at::empty(result.sizes(), result.options())
+                                     : result.contiguous();
+  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), alpha, beta,
                  streamOf(target));
   if (!direct) result.copy_(target);
 }
@@ -112,8 +119,14 @@ void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const 
   const c10::SmallVector<int64_t, 3> shape = productShape(mat1, mat2);
   TORCH_CHECK(at::is_expandable_to(bias.sizes(), shape), name, ": self of shape ", bias.sizes(),
               " cannot be broadcast to the product shape ", at::IntArrayRef(shape));
-  gemmInto(out, mat1, mat2, static_cast<float>(alpha.toDouble()));
   // beta == 0 ignores self entirely (even NaN), as PyTorch does.
+  if (beta_value != 0.0 && kernels().gemmBeta()) {
+    // As the CPU's addmm: the bias first, then one kernel accumulates into it.
+    if (out.numel() > 0) out.copy_(expandTo(bias, shape));
+    gemmInto(out, mat1, mat2, alpha.toFloat(), beta.toFloat());
+    return;
+  }
+  gemmInto(out, mat1, mat2, alpha.toFloat());
   if (beta_value != 0.0 && out.numel() > 0) {
     kernels().add(toRef(out), toRef(out), toRef(expandTo(bias, shape)), beta_value, streamOf(out));
   }

@@ -78,8 +78,12 @@ class KernelProvider {
                          runtime::StreamHandle stream) = 0;
   // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
   // stride in one of the last two dimensions.
+  // out = alpha * a @ b + beta * out; beta 0 ignores out's contents (even
+  // NaN). out is dense row-major and beta 0 unless the provider says more:
   virtual void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
-                    runtime::StreamHandle stream) = 0;
+                    float beta, runtime::StreamHandle stream) = 0;
+  virtual bool gemmBeta() const = 0;           // beta != 0 accepted
+  virtual bool gemmStridedOutput() const = 0;  // out of any strides accepted
   virtual void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
   virtual void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
   // Normalizes over the last dimension; x and out are 2-D or 3-D.

@@ -22,13 +22,18 @@ echo "== Python: install the wheel"
 
 # Gaps never fail the reports; failing to generate them does (set -e).
 REPORTS_DIR="${REPORTS_DIR:-build/reports}"
-echo "== reports: API gaps and operator coverage (${REPORTS_DIR})"
+echo "== reports: API gaps, operator coverage, op_db sweep (${REPORTS_DIR})"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/report_api_gaps.py --profile tests/conformance/api_profile.json \
   --markdown "${REPORTS_DIR}/api_gaps.md" --json "${REPORTS_DIR}/api_gaps.json"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/report_op_coverage.py \
   --markdown "${REPORTS_DIR}/op_coverage.md" --json "${REPORTS_DIR}/op_coverage.json"
+# The op_db sweep, bounded as tests/conformance/test_op_db.py runs it (~30 s);
+# `tools/op_db_sweep.py` without --max-samples runs every sample.
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
+  "$PYTHON" tools/op_db_sweep.py --max-samples 4 --jobs "${JOBS}" \
+  --markdown "${REPORTS_DIR}/op_db.md" --json "${REPORTS_DIR}/op_db.json"
 
 echo "== pytest: host device, inline streams, 1 device"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \

@@ -75,6 +75,56 @@ def other_namespaces() -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+# How infini serves an aten operator, per ``serving_status``.
+SERVING = {
+    "native": "an infini kernel (dtypes outside those it declares run in the CPU fallback)",
+    "fallback": "no infini kernel: the CPU's kernel runs in the CPU fallback",
+    "fallback (routed)": (
+        "registered to run the CPU's kernel whole in the CPU fallback, where PyTorch would "
+        "otherwise decompose it on infini"
+    ),
+    "composite": "PyTorch's composite runs on infini and reaches the operators it calls",
+    "refused: random": "draws random numbers: NotImplementedError until infini has a generator",
+    "refused: view": "a view operator without an infini kernel (never computed on the CPU)",
+    "no CPU kernel": "no kernel for strided CPU tensors either (CUDA-, sparse- or quantized-only)",
+}
+
+
+def serving_status() -> dict[str, str]:
+    """Every aten operator overload in the dispatcher -> its ``SERVING`` key on infini."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    routed = set(torch_infini.cpu_fallback.routed_operators())
+    status: dict[str, str] = {}
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::"):
+            continue
+        name, _, overload = full.partition(".")
+        schema = torch._C._get_schema(name, overload)
+        if full in routed:
+            status[full] = "fallback (routed)"
+        elif has(full, "PrivateUse1"):
+            status[full] = "native"
+        elif any(
+            has(full, key) for key in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+        ):
+            status[full] = "composite"
+        elif _is_random(name, overload):
+            status[full] = "refused: random"
+        elif any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            status[full] = "refused: view"
+        elif has(full, "CPU") or has(full, "CompositeExplicitAutogradNonFunctional"):
+            status[full] = "fallback"
+        else:
+            status[full] = "no CPU kernel"
+    return dict(sorted(status.items()))
+
+
+def _is_random(name: str, overload: str) -> bool:
+    packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    return op is not None and torch.Tag.nondeterministic_seeded in op.tags
+
+
 @dataclass(frozen=True)
 class AtenName:
     full: str  # "aten::add_.Tensor"

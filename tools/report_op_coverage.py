@@ -21,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from op_coverage import SERVING  # noqa: E402
 from report_io import (  # noqa: E402
     add_output_arguments,
     cell,
@@ -60,6 +61,7 @@ def build() -> dict[str, Any]:
         operator_coverage,
         opinfo_id,
         other_namespaces,
+        serving_status,
         undeclared_cases,
     )
 
@@ -93,6 +95,11 @@ def build() -> dict[str, Any]:
             }
         )
         families.setdefault(op.family, []).append(op.name)
+
+    serving = serving_status()
+    by_status: dict[str, list[str]] = {key: [] for key in SERVING}
+    for name, status in serving.items():
+        by_status[status].append(name)
 
     registered = [o for o in operators if o["registered"]]
     others = other_namespaces()
@@ -130,6 +137,11 @@ def build() -> dict[str, Any]:
         "not_registered": [o["name"] for o in operators if not o["registered"]],
         "other_namespaces": others,
         "operators": operators,
+        "serving": {
+            "meanings": SERVING,
+            "counts": {key: len(names) for key, names in by_status.items()},
+            "operators": serving,
+        },
     }
 
 
@@ -202,6 +214,34 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines.extend([f"## in the operator table, not registered ({len(missing)})", ""])
     lines.extend(table(["operator"], [[code(n)] for n in missing]))
     lines.append("")
+    serving = data["serving"]
+    lines.extend(
+        [
+            f"## every aten operator on backend `{data['backend']}` ({len(serving['operators'])})",
+            "",
+            "How each overload in the dispatcher is served on infini: natively, in the CPU "
+            "fallback, through PyTorch's composite, or refused.",
+            "",
+            *table(
+                ["serving", "overloads", "meaning"],
+                [
+                    [code(key), serving["counts"][key], serving["meanings"][key]]
+                    for key in serving["meanings"]
+                ],
+            ),
+            "",
+        ]
+    )
+    for key in serving["meanings"]:
+        names = [n for n, status in serving["operators"].items() if status == key]
+        if key in ("composite", "fallback"):  # long lists: collapsed
+            lines.extend([f"<details><summary>{key} ({len(names)})</summary>", ""])
+            lines.append(", ".join(f"`{n.removeprefix('aten::')}`" for n in names))
+            lines.extend(["", "</details>", ""])
+        else:
+            lines.extend([f"### {key} ({len(names)})", ""])
+            lines.append(", ".join(f"`{n.removeprefix('aten::')}`" for n in names) or "–")
+            lines.append("")
     others = data["other_namespaces"]
     lines.extend(["## other namespaces", ""])
     lines.extend(table(["namespace", "registrations"], [[code(k), v] for k, v in others.items()]))
@@ -215,7 +255,9 @@ def summary(data: dict[str, Any]) -> str:
     return (
         f"backend {data['backend']}: {c['operators']} aten operators with an infini kernel "
         f"({families}); op_db entries for {c['with_op_db_entry']}, none for "
-        f"{c['without_op_db_entry']}; {c['conformance_cases']} conformance cases"
+        f"{c['without_op_db_entry']}; {c['conformance_cases']} conformance cases; all "
+        f"{len(data['serving']['operators'])} aten overloads: "
+        + ", ".join(f"{k} {n}" for k, n in data["serving"]["counts"].items())
     )
 
 

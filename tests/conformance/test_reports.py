@@ -235,3 +235,33 @@ def test_op_coverage_matches_the_dispatcher(op_coverage: tuple[dict[str, Any], s
             assert op["dtypes"] == declared[op["name"]], op["name"]
         else:
             assert op["family"] == "unlisted"
+
+
+def test_op_coverage_says_how_every_operator_is_served(
+    op_coverage: tuple[dict[str, Any], str],
+) -> None:
+    """Per aten overload: native on this backend, falls back, composite, or refused."""
+    data, markdown = op_coverage
+    serving = data["serving"]
+    status = serving["operators"]
+    assert set(status.values()) <= set(serving["meanings"])
+    assert sum(serving["counts"].values()) == len(status)
+    assert set(torch._C._dispatch_get_all_op_names()) >= set(status)
+    declared = {info.name for info in torch_infini.operators()}
+    assert {n for n, s in status.items() if s == "native"} == declared
+    routed = set(torch_infini.cpu_fallback.routed_operators())
+    assert {n for n, s in status.items() if s == "fallback (routed)"} == routed
+    expected = {
+        "aten::atan2": "fallback",  # a CPU kernel, no infini kernel
+        "aten::mm": "native",
+        "aten::native_layer_norm": "fallback (routed)",
+        "aten::linear": "composite",
+        "aten::normal_": "refused: random",
+        "aten::_values": "refused: view",
+        "aten::_cudnn_rnn_flatten_weight": "no CPU kernel",
+    }
+    assert {name: status[name] for name in expected} == expected
+    sections = _markdown_sections(markdown)
+    for key, count in serving["counts"].items():
+        if key not in ("composite", "fallback"):
+            assert sections[key][0] == count, key

@@ -112,8 +112,9 @@ DEVICE_DEPENDENT = {
 }
 
 # Shifts (in elements) of the inputs' storages that reveal a CPU kernel whose
-# results depend on the alignment of its data (LAPACK's gelsy, ...).
-ALIGNMENT_SHIFTS = range(1, 17)
+# results depend on the alignment of its data (LAPACK's gelsy, ...): every
+# offset within 64 bytes, then coarser ones up to pages.
+ALIGNMENT_SHIFTS = (*range(1, 17), 32, 64, 128, 256, 512, 1024, 2048)
 
 # OpInfos whose results are uninitialised memory: only the geometry is compared.
 UNINITIALIZED_RESULTS = frozenset(
@@ -891,14 +892,15 @@ def all_opinfos() -> list[Any]:
 # ---------------------------------------------------------------- worker processes
 
 
-def _worker(max_samples: int | None) -> int:
+def _worker(max_samples: int | None, staged: bool) -> int:
     """Reads OpInfo indices from stdin, runs every dtype of each, writes one result line each."""
     import faulthandler
     import json
 
-    import torch_infini  # noqa: F401  (registers infini)
+    import torch_infini
     from op_coverage import dtype_name, opinfo_id
 
+    torch_infini._C._fallback_force_staging(staged)
     faulthandler.enable()  # a crash names the Python frame on stderr
     opinfos = all_opinfos()
     simulate = [rule.split(":", 1) for rule in os.environ.get(SIMULATE_VARIABLE, "").split(",")]
@@ -925,9 +927,11 @@ def _worker(max_samples: int | None) -> int:
 
 
 class _WorkerProcess:
-    def __init__(self, max_samples: int | None, env: dict[str, str]) -> None:
+    def __init__(self, max_samples: int | None, env: dict[str, str], staged: bool) -> None:
         self.log = tempfile.TemporaryFile()
         command = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+        if staged:
+            command.append("--staged")
         if max_samples is not None:
             command += ["--max-samples", str(max_samples)]
         self.process = subprocess.Popen(
@@ -971,7 +975,7 @@ class _WorkerProcess:
 
 
 def sweep(
-    max_samples: int | None, jobs: int, timeout: float, only: str | None
+    max_samples: int | None, jobs: int, timeout: float, only: str | None, staged: bool = False
 ) -> tuple[list[CaseResult], list[dict[str, Any]]]:
     """Runs every OpInfo in worker processes; returns the cases and the crashed/hung OpInfos."""
     import json
@@ -993,7 +997,7 @@ def sweep(
     done = 0
 
     def start() -> None:
-        worker = _WorkerProcess(max_samples, env)
+        worker = _WorkerProcess(max_samples, env, staged)
         assert worker.process.stdout is not None
         os.set_blocking(worker.process.stdout.fileno(), False)
         selector.register(worker.process.stdout, selectors.EVENT_READ, worker)
@@ -1277,20 +1281,29 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=300.0, help="seconds per OpInfo before it counts as hung"
     )
     parser.add_argument("--only", metavar="REGEX", help="only OpInfos whose id matches")
+    parser.add_argument(
+        "--staged",
+        action="store_true",
+        help="stage every fallback call through pinned memory, as on devices whose memory "
+        "the CPU cannot address, even where it can",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return _worker(args.max_samples)
+        return _worker(args.max_samples, args.staged)
     require_output(parser, args)
 
     def generate() -> int:
         start = time.monotonic()
-        cases, failed = sweep(args.max_samples, max(1, args.jobs), args.timeout, args.only)
+        cases, failed = sweep(
+            args.max_samples, max(1, args.jobs), args.timeout, args.only, args.staged
+        )
         if not cases and not failed:
             raise ReportError("no OpInfo ran")
         data = build_report(
             cases, failed, max_samples=args.max_samples, seconds=time.monotonic() - start
         )
+        data["fallback_staged"] = args.staged
         for path in write_outputs(args, render_markdown(data), data):
             print(f"wrote {path}")
         print(summary_line(data))

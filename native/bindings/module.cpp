@@ -87,6 +87,8 @@ NB_MODULE(_C, m) {
   });
   m.def("_reset_fallback_stats", &ops::resetFallbackStats);
   m.def("_fallback_routed_operators", &ops::fallbackRoutedOperators);
+  m.def("_fallback_force_staging", &ops::setFallbackForceStaging);
+  m.def("_fallback_forces_staging", &ops::fallbackForceStaging);
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);

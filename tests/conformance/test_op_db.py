@@ -144,3 +144,22 @@ def test_alignment_check_tells_a_cpu_kernel_that_depends_on_alignment() -> None:
     add = SimpleNamespace(name="add", op=torch.add)
     pair = sample(torch.randn(100, generator=g), torch.randn(100, generator=g))
     assert not _alignment_dependent(add, pair, _forward(add, pair, "cpu", False))
+
+
+def test_staged_fallback_matches_the_cpu(tmp_path: Path) -> None:
+    """Every OpInfo again (2 samples each) with the fallback staged through pinned
+    memory, the path devices whose memory the CPU cannot address take."""
+    proc = subprocess.run(
+        [sys.executable, str(SWEEP), "--staged", "--max-samples", "2", "--jobs", "2",
+         "--json", str(tmp_path / "r.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["fallback_staged"] is True
+    failures = [
+        f"{f['opinfo']} {f['dtype']} sample {f['sample']} {f['phase']}: {f['detail']}"
+        for f in data["failures"]
+    ]
+    assert not failures and not data["crashed_or_hung"], "\n".join(failures[:20])
+    assert data["counts"]["forward_fallback"] > 1000  # the staged path really ran

@@ -5,19 +5,19 @@
 // results land on the inputs' infini device; in-place and out= arguments are
 // the given infini tensors (views included). Where device memory is host
 // memory the CPU kernel runs on it in place (host_fallback.cpp); elsewhere
-// PyTorch's boxed cpu_fallback copies arguments to the CPU and back. Either
-// way the current stream's pending work runs first. Otherwise, and always for
-// random operators (no CPU generator stands in for a device generator) and
+// the arguments are staged through pinned memory (staged_fallback.cpp).
+// Either way the current stream's pending work runs first. Otherwise, and
+// always for random operators (no CPU generator stands in for a device generator) and
 // view operators (views are native aliases), a NotImplementedError names the
 // operator, dtype and backend.
 #include "torch_infini/ops/cpu_fallback.h"
 
 #include "fallback.h"
 #include "host_fallback.h"
+#include "staged_fallback.h"
 #include "torch_infini/ops/operator_table.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -40,20 +40,24 @@ thread_local std::string pending_refusal;
 
 constexpr const char* kEnvVar = "TORCH_INFINI_CPU_FALLBACK";
 
-// What the fallback knows of one operator, computed on its first call.
+// What the fallback knows of one operator, computed on its first call; the
+// per-call fields are atomics, so a call takes no lock once it has the state.
 struct OperatorState {
   std::string name;  // "aten::add.Tensor"
   std::string base;  // "aten::add"
   bool random = false;
   bool view = false;
-  bool warned = false;
-  FallbackStats stats;
+  std::atomic<bool> warned{false};
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> nanoseconds{0};
+  std::atomic<int64_t> bytes_copied{0};
 };
 
 struct Policy {
   std::atomic<FallbackMode> mode{FallbackMode::Warn};
   std::atomic<bool> has_lists{false};  // allowed or denied is not empty
-  std::mutex mutex;                    // everything below
+  std::atomic<bool> force_staging{false};
+  std::mutex mutex;  // everything below
   std::set<std::string> allowed;
   std::set<std::string> denied;
   // By the operator's schema (its address is stable); nodes never move.
@@ -92,6 +96,38 @@ bool isView(const c10::FunctionSchema& schema) {
   return false;
 }
 
+// The state of `op`, through a small per-thread cache (by schema address)
+// so that a call does not lock the policy's map.
+OperatorState& stateFor(const c10::OperatorHandle& op) {
+  constexpr size_t kSlots = 64;
+  struct Slot {
+    const c10::FunctionSchema* schema = nullptr;
+    OperatorState* state = nullptr;
+  };
+  thread_local Slot cache[kSlots];
+  const c10::FunctionSchema* schema = &op.schema();
+  Slot& slot = cache[(reinterpret_cast<uintptr_t>(schema) >> 4) % kSlots];
+  if (slot.schema == schema) return *slot.state;
+  Policy& p = policy();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  auto [it, fresh] = p.operators.try_emplace(schema);
+  OperatorState& state = it->second;
+  if (fresh) {
+    state.name = qualifiedName(op);
+    state.base = schema->operator_name().name;
+    state.random = op.hasTag(at::Tag::nondeterministic_seeded);
+    state.view = isView(*schema);
+  }
+  slot = {schema, &state};
+  return state;
+}
+
+bool hostAddressable() {
+  // Fixed once the runtime exists, which it does before any infini tensor.
+  static const bool addressable = runtime::get().capabilities().host_addressable;
+  return addressable;
+}
+
 // Calls fn for every tensor among the first `count` values from `first`.
 template <typename F>
 void forEachTensor(const torch::jit::Stack& stack, size_t first, size_t count, F fn) {
@@ -106,15 +142,6 @@ void forEachTensor(const torch::jit::Stack& stack, size_t first, size_t count, F
         if (t.has_value()) fn(*t);
     }
   }
-}
-
-int64_t infiniBytes(const torch::jit::Stack& stack, size_t first, size_t count) {
-  int64_t bytes = 0;
-  forEachTensor(stack, first, count, [&](const at::Tensor& t) {
-    if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1)
-      bytes += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-  });
-  return bytes;
 }
 
 std::string firstDtype(const torch::jit::Stack& stack, size_t first, size_t count) {
@@ -140,25 +167,17 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
   const FallbackMode mode = p.mode.load(std::memory_order_relaxed);
   bool allowed = mode != FallbackMode::Off;
   bool warn = mode == FallbackMode::Warn;
-  OperatorState* state;
-  {
+  OperatorState* state = &stateFor(op);
+  if (p.has_lists.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(p.mutex);
-    auto [it, fresh] = p.operators.try_emplace(&schema);
-    state = &it->second;
-    if (fresh) {
-      state->name = qualifiedName(op);
-      state->base = schema.operator_name().name;
-      state->random = op.hasTag(at::Tag::nondeterministic_seeded);
-      state->view = isView(schema);
+    if (listed(p.denied, *state)) {
+      allowed = false;
+    } else if (listed(p.allowed, *state)) {
+      allowed = true;
     }
-    if (p.has_lists.load(std::memory_order_relaxed)) {
-      if (listed(p.denied, *state)) {
-        allowed = false;
-      } else if (listed(p.allowed, *state)) {
-        allowed = true;
-      }
-    }
-    if (allowed && warn) warn = !std::exchange(state->warned, true);  // once per operator
+  }
+  if (allowed && warn) {  // once per operator
+    warn = !state->warned.load(std::memory_order_relaxed) && !state->warned.exchange(true);
   }
   const std::string& name = state->name;
   TORCH_CHECK_NOT_IMPLEMENTED(!state->random, "The operator '", name,
@@ -185,24 +204,18 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
 
   const auto start = std::chrono::steady_clock::now();
   int64_t bytes_copied = 0;
-  const bool in_place =
-      runtime::get().capabilities().host_addressable && runOnHostAliases(op, stack, &bytes_copied);
+  const bool in_place = hostAddressable() && !p.force_staging.load(std::memory_order_relaxed) &&
+                        runOnHostAliases(op, stack, &bytes_copied);
   if (!in_place) {
-    // Elsewhere (and for out= arguments to resize): PyTorch's boxed CPU
-    // fallback, which copies every infini argument to the CPU and back.
-    bytes_copied = infiniBytes(*stack, args_begin, num_args);
-    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
-    const size_t num_returns = schema.returns().size();
-    bytes_copied += infiniBytes(*stack, stack->size() - num_returns, num_returns);
+    // Elsewhere (and for out= arguments the CPU kernel resizes): through
+    // pinned copies on the current stream.
+    runStaged(op, stack, &bytes_copied);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  std::lock_guard<std::mutex> lock(p.mutex);
-  FallbackStats& s = state->stats;
-  ++s.calls;
-  s.seconds += seconds;
-  s.bytes_copied += bytes_copied;
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  state->calls.fetch_add(1, std::memory_order_relaxed);
+  state->nanoseconds.fetch_add(std::chrono::nanoseconds(elapsed).count(),
+                               std::memory_order_relaxed);
+  state->bytes_copied.fetch_add(bytes_copied, std::memory_order_relaxed);
 }
 
 void noKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -222,6 +235,10 @@ void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 }
 
 FallbackMode fallbackMode() { return policy().mode.load(); }
+
+void setFallbackForceStaging(bool force) { policy().force_staging.store(force); }
+
+bool fallbackForceStaging() { return policy().force_staging.load(); }
 
 void setFallbackMode(FallbackMode mode) { policy().mode.store(mode); }
 
@@ -275,15 +292,23 @@ std::map<std::string, FallbackStats> fallbackStats() {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
   std::map<std::string, FallbackStats> stats;
-  for (const auto& [schema, state] : p.operators)
-    if (state.stats.calls > 0) stats[state.name] = state.stats;
+  for (const auto& [schema, state] : p.operators) {
+    const int64_t calls = state.calls.load(std::memory_order_relaxed);
+    if (calls == 0) continue;
+    stats[state.name] = {calls, static_cast<double>(state.nanoseconds.load()) * 1e-9,
+                         state.bytes_copied.load()};
+  }
   return stats;
 }
 
 void resetFallbackStats() {
   Policy& p = policy();
   std::lock_guard<std::mutex> lock(p.mutex);
-  for (auto& [schema, state] : p.operators) state.stats = FallbackStats{};  // warnings stay
+  for (auto& [schema, state] : p.operators) {  // warnings stay
+    state.calls = 0;
+    state.nanoseconds = 0;
+    state.bytes_copied = 0;
+  }
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -12,22 +12,68 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
-#include <deque>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "bridge.h"
+#include "fallback_arguments.h"
 
 namespace torch_infini::ops {
 namespace {
 
-// infini tensors are strided: sparse and other layouts are refused clearly.
-void requireStrided(const at::Tensor& t) {
-  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
-                              "infini supports strided (dense) tensors only, not the ", t.layout(),
-                              " layout");
-}
+// Per thread, the CPU tensors the fallback made as aliases, reused from call
+// to call: a TensorImpl and a StorageImpl for every argument are most of a
+// small call's cost. One is reused only when nothing but the pool holds it
+// and nothing but it holds its storage (no strong or weak reference left by
+// a kernel); the pool keeps at most kMaxPooled.
+class AliasPool {
+ public:
+  // A CPU tensor of `dtype` over `storage`, or (undefined `storage`) over a
+  // CPU storage of `nbytes` at `data`, which `storage` is set to.
+  at::Tensor take(c10::Storage& storage, void* data, size_t nbytes, caffe2::TypeMeta dtype) {
+    for (at::Tensor& pooled : tensors_) {
+      if (pooled.use_count() != 1 || pooled.weak_use_count() != 1) continue;
+      c10::TensorImpl* impl = pooled.unsafeGetTensorImpl();
+      if (!storage) {
+        if (!soleOwner(impl->storage())) continue;
+        c10::StorageImpl* own = impl->storage().unsafeGetStorageImpl();
+        own->set_data_ptr_noswap(c10::DataPtr(data, c10::Device(c10::kCPU)));
+        own->set_nbytes(nbytes);
+        storage = impl->storage();
+        impl->set_storage_and_dtype(storage, dtype);
+      } else {
+        impl->set_storage_and_dtype(storage, dtype);
+      }
+      impl->_set_conj(false);
+      impl->_set_neg(false);
+      return pooled;
+    }
+    if (!storage) {
+      storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                             c10::DataPtr(data, c10::Device(c10::kCPU)),
+                             /*allocator=*/nullptr, /*resizable=*/false);
+    }
+    at::Tensor fresh = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+    if (tensors_.size() < kMaxPooled) tensors_.push_back(fresh);
+    return fresh;
+  }
+
+ private:
+  static constexpr size_t kMaxPooled = 16;
+
+  // Only the pooled tensor's own reference (the caller's copy is the second).
+  static bool soleOwner(const c10::Storage& storage) {
+    auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
+        storage.unsafeGetStorageImpl());
+    return strong.use_count() == 2 && strong.weak_use_count() == 1;
+  }
+
+  std::vector<at::Tensor> tensors_;
+};
+
+thread_local AliasPool alias_pool;
 
 class Aliaser {
  public:
@@ -42,37 +88,23 @@ class Aliaser {
     for (Entry& e : storages_)
       if (e.impl == impl) entry = &e;
     if (entry == nullptr) {
-      entry = &storages_.emplace_back();
+      entry = &storages_.emplace_back();  // (entry is not used past this call)
       entry->impl = impl;
-      entry->cpu = c10::Storage(c10::Storage::use_byte_size_t(), impl->nbytes(),
-                                c10::DataPtr(impl->mutable_data(), c10::Device(c10::kCPU)),
-                                /*allocator=*/nullptr, /*resizable=*/false);
       entry->infini = t;
     }
-    at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(entry->cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    at::Tensor alias = alias_pool.take(entry->cpu, impl->mutable_data(), impl->nbytes(), t.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
     if (t.is_conj()) alias._set_conj(true);
     if (t.is_neg()) alias._set_neg(true);
     return alias;
   }
 
-  void noteDevice(c10::Device device) {
-    // "infini" without an index is the current device, as for CUDA.
-    if (!device.has_index()) device = c10::Device(device.type(), currentDevice());
-    if (!device_) {
-      device_ = device;
-      return;
-    }
-    TORCH_CHECK(*device_ == device,
-                "Expected all tensors to be on the same device, but found at least two devices, ",
-                *device_, " and ", device, "!");
-  }
+  void noteDevice(c10::Device device) { device_.note(device); }
 
   // A result of the CPU kernel as an infini tensor: memory it shares with an
   // argument stays that memory; memory the kernel allocated is copied once.
   at::Tensor toInfini(const at::Tensor& t, int64_t* bytes_copied) {
-    if (!t.defined() || !device_) return t;
+    if (!t.defined() || !device_.get()) return t;
     requireStrided(t);
     for (const Entry& entry : storages_) {
       if (t.storage().is_alias_of(entry.cpu)) {
@@ -80,10 +112,10 @@ class Aliaser {
       }
     }
     *bytes_copied += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-    return t.to(*device_);
+    return t.to(*device_.get());
   }
 
-  const std::optional<c10::Device>& device() const { return device_; }
+  const std::optional<c10::Device>& device() const { return device_.get(); }
 
  private:
   struct Entry {
@@ -91,24 +123,10 @@ class Aliaser {
     c10::Storage cpu;                  // the CPU storage over the same memory
     at::Tensor infini;                 // a tensor of that storage (keeps it alive)
   };
-  // A handful per call: a linear search beats hashing. Entries never move
-  // while pointers to them are held (push only, read after).
-  std::deque<Entry> storages_;
-  std::optional<c10::Device> device_;
+  // A handful per call: a linear search beats hashing.
+  c10::SmallVector<Entry, 4> storages_;
+  CallDevice device_;
 };
-
-// The argument a mutable return aliases (same alias set), or -1.
-int mutatedArgument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  const c10::AliasInfo* info = ret.alias_info();
-  if (info == nullptr || !info->isWrite()) return -1;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const c10::AliasInfo* arg = schema.arguments()[i].alias_info();
-    if (arg != nullptr && arg->isWrite() && arg->beforeSets() == info->beforeSets()) {
-      return static_cast<int>(i);
-    }
-  }
-  return -1;
-}
 
 bool isResizeRefusal(const c10::Error& e) {
   return std::string(e.what_without_backtrace()).find("not resizable") != std::string::npos;
@@ -186,11 +204,12 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                                                           alias.storage_offset());
     }
   }
+  const c10::SmallVector<int, 2>& mutated_arguments = mutatedArguments(schema);
   const size_t num_returns = schema.returns().size();
   const size_t ret_begin = stack->size() - num_returns;
   for (size_t r = 0; r < num_returns; ++r) {
     c10::IValue& value = (*stack)[ret_begin + r];
-    const int mutated = mutatedArgument(schema, schema.returns()[r]);
+    const int mutated = mutated_arguments[r];
     if (mutated >= 0) {
       value = original[static_cast<size_t>(mutated)];  // in-place / out=: the given tensor
     } else if (value.isTensor()) {

@@ -40,6 +40,11 @@ std::vector<std::string> fallbackDenied();
 // infini kernels and torch_infini.operators() does not list them.
 std::vector<std::string> fallbackRoutedOperators();
 
+// Stage every fallback call through pinned copies, as on devices whose
+// memory is not host memory, even where it is: for tests of that path.
+void setFallbackForceStaging(bool force);
+bool fallbackForceStaging();
+
 struct FallbackStats {
   int64_t calls = 0;
   double seconds = 0;        // wall time inside the fallback

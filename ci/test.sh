@@ -29,7 +29,7 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/report_op_coverage.py \
   --markdown "${REPORTS_DIR}/op_coverage.md" --json "${REPORTS_DIR}/op_coverage.json"
-# The op_db sweep, bounded as tests/conformance/test_op_db.py runs it (~30 s);
+# The op_db sweep, bounded as tests/conformance/test_op_db.py runs it (~15 s);
 # `tools/op_db_sweep.py` without --max-samples runs every sample.
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/op_db_sweep.py --max-samples 4 --jobs "${JOBS}" \
@@ -48,3 +48,8 @@ TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
 echo "== benchmarks: host device, single thread (${REPORTS_DIR}/benchmarks.json)"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" benchmarks/run.py --json "${REPORTS_DIR}/benchmarks.json"
+
+echo "== charts (${REPORTS_DIR}/*.svg)"
+"$PYTHON" tools/charts.py --benchmarks "${REPORTS_DIR}/benchmarks.json" \
+  --op-coverage "${REPORTS_DIR}/op_coverage.json" --op-db "${REPORTS_DIR}/op_db.json" \
+  --out "${REPORTS_DIR}"

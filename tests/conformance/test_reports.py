@@ -265,3 +265,35 @@ def test_op_coverage_says_how_every_operator_is_served(
     for key, count in serving["counts"].items():
         if key not in ("composite", "fallback"):
             assert sections[key][0] == count, key
+
+
+def test_charts_draw_one_bar_per_row(
+    op_coverage: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    """tools/charts.py: valid SVG, one bar per serving kind / benchmark case."""
+    import xml.etree.ElementTree as ET
+
+    data, _ = op_coverage
+    (tmp_path / "cov.json").write_text(json.dumps(data))
+    bench = {
+        "backend": "host",
+        "device": "d",
+        "results": [
+            {"name": "a", "ratio": 1.05, "target": "<= 1.1", "meets_target": True},
+            {"name": "b", "ratio": 1.8, "target": "<= 1.3", "meets_target": False},
+        ],
+    }
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "charts.py"), "--op-coverage",
+         str(tmp_path / "cov.json"), "--benchmarks", str(tmp_path / "bench.json"),
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ns = "{http://www.w3.org/2000/svg}"
+    coverage = ET.parse(tmp_path / "op_coverage.svg").getroot()
+    assert len(coverage.findall(f"{ns}rect")) == 1 + len(data["serving"]["counts"])
+    benchmarks = ET.parse(tmp_path / "benchmarks.svg").getroot()
+    fills = [r.get("fill") for r in benchmarks.findall(f"{ns}rect")][1:]
+    assert fills == ["#3a7d44", "#c0392b"]  # a miss is red

@@ -445,7 +445,8 @@ _TF32_TOLERANCE = (1e-2, 1e-2)
 def _tolerance(opinfo: Any, dtype: Any, served: set[str]) -> dict[str, float]:
     """assert_close tolerances where a kernel-provider operator in ``served`` ran.
 
-    The OpInfo's toleranceOverride for ``dtype`` (the largest), else
+    The OpInfo's toleranceOverride or precisionOverride for ``dtype`` (the
+    largest), else
     torch.testing's defaults; widened as ``_REDUCED_PRECISION_TOLERANCE``
     and ``_TF32_TOLERANCE`` say.
     """
@@ -459,7 +460,10 @@ def _tolerance(opinfo: Any, dtype: Any, served: set[str]) -> dict[str, float]:
             overrides = getattr(decorator, "d", None)
             if isinstance(overrides, dict) and dtype in overrides:
                 tol = overrides[dtype]
-                atol, rtol = max(atol, tol.atol), max(rtol, tol.rtol)
+                if isinstance(tol, (int, float)):  # precisionOverride: an atol
+                    atol = max(atol, float(tol))
+                else:  # toleranceOverride: tol(atol, rtol)
+                    atol, rtol = max(atol, tol.atol), max(rtol, tol.rtol)
     floor = _REDUCED_PRECISION_TOLERANCE.get(dtype_name(dtype))
     matmul = {n for n, (_, family) in _kernel_operators().items() if family == "matmul"}
     if dtype == torch.float32 and torch_infini.backend() in _TF32_BACKENDS and served & matmul:
@@ -837,8 +841,12 @@ def _run_sample(
     opinfo_name, dtype = case.opinfo, case.dtype
     torch_dtype = getattr(torch, dtype)
     summary = _summary(sample)
-    cpu = _forward(opinfo, sample, "cpu", False)
-    infini = _forward(opinfo, sample, "infini", not host)
+    # Off host, infini runs under a dispatch mode that records which kernel
+    # -provider operators served it; a Python mode can change how autograd
+    # lays out a gradient (ormqr's), so the oracle runs under the same mode.
+    record = not host
+    cpu = _forward(opinfo, sample, "cpu", record)
+    infini = _forward(opinfo, sample, "infini", record)
     # Bit for bit where the CPU's own kernel ran: always on host, elsewhere
     # unless a kernel-provider (InfiniOps) operator served part of the call.
     tolerance = {} if host else _tolerance(opinfo, torch_dtype, infini.native_kernels)
@@ -860,8 +868,8 @@ def _run_sample(
     if not cpu_outputs or not cpu.leaves:
         return records  # nothing to differentiate in this sample
     grads = _grad_outputs(cpu_outputs, seed=index)
-    cpu_back = _backward(cpu, sample, grads, "cpu", False)
-    infini_back = _backward(infini, sample, grads, "infini", not host)
+    cpu_back = _backward(cpu, sample, grads, "cpu", record)
+    infini_back = _backward(infini, sample, grads, "infini", record)
     native = infini.native_kernels | infini_back.native_kernels
     tolerance = {} if host else _tolerance(opinfo, torch_dtype, native)
     compare_back = Compare(host or not native, tolerance, infini.retargeted)

@@ -36,6 +36,21 @@ inline at::Tensor expandTo(const at::Tensor& t, c10::IntArrayRef sizes) {
   return sameDims(t.sizes(), sizes) ? t : t.expand(sizes);
 }
 
+// toRef(t.expand(sizes)) without making the view (one allocation less).
+inline TensorRef expandedRef(const at::Tensor& t, c10::IntArrayRef sizes) {
+  TensorRef ref;
+  ref.data = t.data_ptr();
+  ref.dtype = t.scalar_type();
+  ref.device = isInfini(t) ? t.device().index() : -1;
+  const int64_t lead = static_cast<int64_t>(sizes.size()) - t.dim();
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    const bool broadcast = d < lead || (t.size(d - lead) == 1 && sizes[d] != 1);
+    ref.sizes.push_back(sizes[d]);
+    ref.strides.push_back(broadcast ? 0 : t.stride(d - lead));
+  }
+  return ref;
+}
+
 // The current stream of the tensor's device, as a runtime handle.
 inline runtime::StreamHandle streamOf(const at::Tensor& t) {
   return currentNativeStreamUnchecked(t.device().index());

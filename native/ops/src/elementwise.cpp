@@ -112,8 +112,7 @@ at::Tensor mulScalarKernel(const char* name, const at::Tensor& out, const at::Te
   const at::Scalar scalar = other.item();  // in its own type, unrounded
   at::Tensor result = elementwiseOutput(out, {self});
   if (result.numel() == 0) return result;
-  kernels().mulScalar(toRef(result), toRef(expandTo(self, result.sizes())), scalar,
-                      streamOf(result));
+  kernels().mulScalar(toRef(result), expandedRef(self, result.sizes()), scalar, streamOf(result));
   return result;
 }
 
@@ -156,8 +155,8 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
   at::Tensor result = elementwiseOutput(out, {a, b});
   if (result.numel() == 0) return result;
   TensorRef out_ref = toRef(result);
-  TensorRef a_ref = toRef(expandTo(a, result.sizes()));
-  TensorRef b_ref = toRef(expandTo(b, result.sizes()));
+  TensorRef a_ref = expandedRef(a, result.sizes());
+  TensorRef b_ref = expandedRef(b, result.sizes());
   if (op == Op::Add) {
     kernels().add(out_ref, a_ref, b_ref, alpha.toDouble(), streamOf(result));
   } else {

@@ -190,24 +190,36 @@ class HostKernels final : public KernelProvider {
         out, x);
   }
 
-  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha, float beta,
-            runtime::StreamHandle stream) override {
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, const TensorRef* c,
+            float alpha, float beta, runtime::StreamHandle stream) override {
+    if (c != nullptr) {
+      // The CPU's own addmm: the bias copied into out, then one BLAS call
+      // accumulating into it.
+      submit(
+          stream,
+          [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref,
+                        const TensorRef& c_ref) {
+            at::Tensor o = out0(o_ref);
+            at::addmm_out(o, in3(c_ref), in1(a_ref), in2(b_ref), beta, alpha);
+          },
+          out, a, b, *c);
+      return;
+    }
     submit(
         stream,
-        [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
           at::Tensor o = out0(o_ref);
-          // The CPU's own addmm with self = out: one BLAS call, which is
-          // exactly how the CPU's addmm adds its bias (copied into out first).
+          // beta = 0: the output's previous contents are ignored, as in Gemm.
           if (o_ref.dim() == 3) {
-            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), beta, alpha);
+            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
           } else {
-            at::addmm_out(o, o, in1(a_ref), in2(b_ref), beta, alpha);
+            at::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
           }
         },
         out, a, b);
   }
 
-  bool gemmBeta() const override { return true; }
+  bool gemmBias() const override { return true; }
   // The CPU's addmm takes any out= layout (a transposed out is computed
   // transposed, not through a row-major temporary): so does host.
   bool gemmStridedOutput() const override { return true; }

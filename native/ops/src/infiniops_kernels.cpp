@@ -219,9 +219,9 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
-  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha, float beta,
-            runtime::StreamHandle stream) override {
-    TORCH_INTERNAL_ASSERT(beta == 0.0f, "infiniops gemm: the bridge sent beta ", beta);
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, const TensorRef* c,
+            float alpha, float /*beta*/, runtime::StreamHandle stream) override {
+    TORCH_INTERNAL_ASSERT(c == nullptr, "infiniops gemm: the bridge sent a C operand");
 #if TORCH_INFINI_OPS_HAS_GEMM
     const std::optional<infini::ops::Tensor> no_c;
     const std::optional<float> alpha_opt{alpha};
@@ -236,7 +236,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   // InfiniOps' Gemm asserts that it gets no C input (base/gemm.h,
   // EffectiveBeta): addmm's bias is added by Add after the product.
-  bool gemmBeta() const override { return false; }
+  bool gemmBias() const override { return false; }
   bool gemmStridedOutput() const override { return false; }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {

@@ -1,8 +1,8 @@
 // Matrix products: mm, bmm, addmm (and their out= variants) through the
 // kernel seam's Gemm. Transposed operands go to the kernel as strided views
 // (no copy) as long as one of their last two dimensions has unit stride.
-// addmm is one Gemm accumulating into the bias where the provider has
-// gemmBeta() (as the CPU's addmm), else Gemm (alpha) then Add (beta * bias).
+// addmm is one Gemm with the bias as C where the provider has gemmBias()
+// (host: the CPU's addmm), else Gemm (alpha) then Add (beta * bias).
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
@@ -46,23 +46,20 @@ void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, i
   requireKernel(name, Op::Gemm, a.scalar_type());
 }
 
-// result = alpha * a @ b + beta * result (shape checked by callers); beta is
-// nonzero only where the provider has gemmBeta().
+// result = alpha * a @ b + beta * c (shape checked by callers); c, where
+// given, only to a provider with gemmBias().
 void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b, float alpha,
-              float beta = 0.0f) {
+              const TensorRef* c = nullptr, float beta = 0.0f) {
   if (result.numel() == 0) return;
-  if (a.size(-1) == 0 && beta == 0.0f) {  // empty inner dimension: the product is all zeros
+  if (a.size(-1) == 0 && c == nullptr) {  // empty inner dimension: the product is all zeros
     result.zero_();
     return;
   }
   // Unless the provider writes any layout, the kernel writes a dense
-  // row-major output; anything else goes via a temporary (holding result's
-  // values where beta reads them).
+  // row-major output; anything else goes via a temporary.
   const bool direct = result.is_contiguous() || kernels().gemmStridedOutput();
-  at::Tensor target = direct         ? result
-                      : beta == 0.0f ? at::empty(result.sizes(), result.options())
-                                     : result.contiguous();
-  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), alpha, beta,
+  at::Tensor target = direct ? result : at::empty(result.sizes(), result.options());
+  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), c, alpha, beta,
                  streamOf(target));
   if (!direct) result.copy_(target);
 }
@@ -120,15 +117,15 @@ void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const 
   TORCH_CHECK(at::is_expandable_to(bias.sizes(), shape), name, ": self of shape ", bias.sizes(),
               " cannot be broadcast to the product shape ", at::IntArrayRef(shape));
   // beta == 0 ignores self entirely (even NaN), as PyTorch does.
-  if (beta_value != 0.0 && kernels().gemmBeta()) {
-    // As the CPU's addmm: the bias first, then one kernel accumulates into it.
-    if (out.numel() > 0) out.copy_(expandTo(bias, shape));
-    gemmInto(out, mat1, mat2, alpha.toFloat(), beta.toFloat());
+  if (beta_value != 0.0 && kernels().gemmBias()) {
+    // As the CPU's addmm: one kernel adds the bias (host: the CPU's addmm).
+    const TensorRef c = expandedRef(bias, shape);
+    gemmInto(out, mat1, mat2, alpha.toFloat(), &c, beta.toFloat());
     return;
   }
   gemmInto(out, mat1, mat2, alpha.toFloat());
   if (beta_value != 0.0 && out.numel() > 0) {
-    kernels().add(toRef(out), toRef(out), toRef(expandTo(bias, shape)), beta_value, streamOf(out));
+    kernels().add(toRef(out), toRef(out), expandedRef(bias, shape), beta_value, streamOf(out));
   }
 }
 

@@ -78,11 +78,12 @@ class KernelProvider {
                          runtime::StreamHandle stream) = 0;
   // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
   // stride in one of the last two dimensions.
-  // out = alpha * a @ b + beta * out; beta 0 ignores out's contents (even
-  // NaN). out is dense row-major and beta 0 unless the provider says more:
-  virtual void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, float alpha,
-                    float beta, runtime::StreamHandle stream) = 0;
-  virtual bool gemmBeta() const = 0;           // beta != 0 accepted
+  // out = alpha * a @ b + beta * c, c (2-D only) broadcast to out's shape.
+  // Unless the provider says more, c is null (beta ignored) and out dense
+  // row-major:
+  virtual void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b,
+                    const TensorRef* c, float alpha, float beta, runtime::StreamHandle stream) = 0;
+  virtual bool gemmBias() const = 0;           // c accepted
   virtual bool gemmStridedOutput() const = 0;  // out of any strides accepted
   virtual void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
   virtual void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;

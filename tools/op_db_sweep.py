@@ -111,10 +111,14 @@ DEVICE_DEPENDENT = {
     ),
 }
 
-# Shifts (in elements) of the inputs' storages that reveal a CPU kernel whose
-# results depend on the alignment of its data (LAPACK's gelsy, ...): every
-# offset within 64 bytes, then coarser ones up to pages.
+# Shifts (in elements) of the inputs' storages for reruns of the CPU that
+# reveal a kernel whose results depend on the alignment of its data: every
+# offset within 64 bytes, then coarser ones up to pages. Before each rerun,
+# freed blocks of the CPU allocator are filled with other values, which
+# reveals a kernel that reads memory it never initialised (LAPACK's gelsy
+# through PyTorch's uninitialised pivot array).
 ALIGNMENT_SHIFTS = (*range(1, 17), 32, 64, 128, 256, 512, 1024, 2048)
+_JUNK_ELEMENTS = (1, 2, 3, 4, 8, 16, 32, 64, 256, 1024)
 
 # OpInfos whose results are uninitialised memory: only the geometry is compared.
 UNINITIALIZED_RESULTS = frozenset(
@@ -748,16 +752,17 @@ def _reclassify(
 
     Bits cannot agree where PyTorch defines the function by device type
     (``DEVICE_DEPENDENT``) or where the CPU kernel itself gives other bits
-    for the same values at another alignment (forward only: the CPU runs
-    again on copies of the inputs shifted by ``ALIGNMENT_SHIFTS``).
+    for the same values on another run (forward only: the CPU runs again on
+    copies of the inputs shifted by ``ALIGNMENT_SHIFTS``, after freed memory
+    was filled with other values).
     Otherwise the outcome stays what it was.
     """
     from op_coverage import opinfo_id
 
     if opinfo.name in DEVICE_DEPENDENT or opinfo_id(opinfo) in DEVICE_DEPENDENT:
         why = "device-dependent definition"
-    elif not backward and _alignment_dependent(opinfo, sample, cpu):
-        why = "cpu alignment-dependent"
+    elif not backward and _cpu_not_reproducible(opinfo, sample, cpu):
+        why = "cpu not reproducible"
     else:
         return outcome, reason, detail
     loose = Compare(False, _tolerance(opinfo, dtype, set()), infini.retargeted)
@@ -767,10 +772,16 @@ def _reclassify(
     return loose_outcome, "", f"{loose_detail} ({why}: compared with tolerances)"
 
 
-def _alignment_dependent(opinfo: Any, sample: Any, cpu: _Run) -> bool:
-    """The CPU's own results differ, bit for bit, when its inputs sit at other alignments."""
+def _cpu_not_reproducible(opinfo: Any, sample: Any, cpu: _Run) -> bool:
+    """The CPU's own results differ, bit for bit, when it runs again: its inputs at
+    other alignments, its allocator's freed blocks holding other values."""
+    import torch
+
     same = Compare(True, None, None)
     for shift in ALIGNMENT_SHIFTS:
+        fill = shift % 3  # zeros, ones, twos: pivots, flags and counts read as garbage
+        junk = [torch.full((n,), fill, dtype=torch.int64) for n in _JUNK_ELEMENTS for _ in range(4)]
+        del junk  # freed: the next allocations of these sizes see these values
         again = _forward(opinfo, sample, "cpu", False, shift)
         if again.error is None and same.values(again.result, cpu.result) is not None:
             return True

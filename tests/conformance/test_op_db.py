@@ -35,7 +35,7 @@ from op_coverage import dtype_name, opinfo_id
 from op_db_sweep import (
     REFUSALS,
     SIMULATE_VARIABLE,
-    _alignment_dependent,
+    _cpu_not_reproducible,
     _forward,
     all_opinfos,
     run_case,
@@ -125,8 +125,8 @@ def test_sweep_script_classifies_crashes_and_hangs(tmp_path: Path) -> None:
     assert table == counts
 
 
-def test_alignment_check_tells_a_cpu_kernel_that_depends_on_alignment() -> None:
-    """LAPACK's gelsy gives other bits for the same values at another alignment; add does not.
+def test_reproducibility_check_tells_a_cpu_kernel_that_varies() -> None:
+    """LAPACK's gelsy gives other bits for the same values on another run; add does not.
 
     Where the CPU kernel itself is not reproducible bit for bit, the sweep
     compares with the OpInfo's tolerances instead (``_reclassify``).
@@ -140,10 +140,10 @@ def test_alignment_check_tells_a_cpu_kernel_that_depends_on_alignment() -> None:
     a, b = torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g)
     lstsq = SimpleNamespace(name="linalg.lstsq", op=torch.linalg.lstsq)
     gelsy = sample(a, b, driver="gelsy")
-    assert _alignment_dependent(lstsq, gelsy, _forward(lstsq, gelsy, "cpu", False))
+    assert _cpu_not_reproducible(lstsq, gelsy, _forward(lstsq, gelsy, "cpu", False))
     add = SimpleNamespace(name="add", op=torch.add)
     pair = sample(torch.randn(100, generator=g), torch.randn(100, generator=g))
-    assert not _alignment_dependent(add, pair, _forward(add, pair, "cpu", False))
+    assert not _cpu_not_reproducible(add, pair, _forward(add, pair, "cpu", False))
 
 
 def test_staged_fallback_matches_the_cpu(tmp_path: Path) -> None:

@@ -488,3 +488,29 @@ def test_variable_off_refuses_and_a_bad_value_is_named() -> None:
     proc = run_python(code, env={"TORCH_INFINI_CPU_FALLBACK": "sometimes"})
     assert proc.returncode != 0, describe(proc)
     assert "TORCH_INFINI_CPU_FALLBACK" in proc.stderr and "sometimes" in proc.stderr
+
+
+def test_attention_takes_the_cpus_fused_kernel() -> None:
+    """scaled_dot_product_attention picks what the CPU picks (its flash kernel, run
+    whole in the fallback): float16 results and gradient layouts are the CPU's.
+    With dropout it would draw from the CPU generator: refused instead."""
+    q, k, v = (
+        make_cpu(s, torch.float16, seed)
+        for seed, s in enumerate([(2, 4, 3, 8), (2, 4, 6, 8), (2, 4, 6, 8)])
+    )
+    for causal in (False, True):
+        assert_bitwise_equal(
+            F.scaled_dot_product_attention(
+                q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), is_causal=causal
+            ),
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        )
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in fallback.stats()
+    x_cpu = make_cpu((2, 4, 6, 8), torch.float32).requires_grad_()
+    x = x_cpu.detach().to(DEVICE).requires_grad_()
+    F.scaled_dot_product_attention(x, x, x).sum().backward()
+    F.scaled_dot_product_attention(x_cpu, x_cpu, x_cpu).sum().backward()
+    assert x.grad.stride() == x_cpu.grad.stride()
+    assert_bitwise_equal(x.grad, x_cpu.grad)
+    with raises_exactly(NotImplementedError, match="draws random numbers"):
+        F.scaled_dot_product_attention(x, x, x, dropout_p=0.5)

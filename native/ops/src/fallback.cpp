@@ -46,6 +46,9 @@ struct OperatorState {
   std::string name;  // "aten::add.Tensor"
   std::string base;  // "aten::add"
   bool random = false;
+  // A random operator whose only draws are its dropout (the attention
+  // kernels): the index of its `dropout_p` argument; with 0 it draws nothing.
+  int dropout_argument = -1;
   bool view = false;
   std::atomic<bool> warned{false};
   std::atomic<int64_t> calls{0};
@@ -116,6 +119,10 @@ OperatorState& stateFor(const c10::OperatorHandle& op) {
     state.name = qualifiedName(op);
     state.base = schema->operator_name().name;
     state.random = op.hasTag(at::Tag::nondeterministic_seeded);
+    if (state.random) {
+      std::optional<int> dropout = schema->argumentIndexWithName("dropout_p");
+      if (dropout.has_value()) state.dropout_argument = *dropout;
+    }
     state.view = isView(*schema);
   }
   slot = {schema, &state};
@@ -180,7 +187,10 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
     warn = !state->warned.load(std::memory_order_relaxed) && !state->warned.exchange(true);
   }
   const std::string& name = state->name;
-  TORCH_CHECK_NOT_IMPLEMENTED(!state->random, "The operator '", name,
+  const bool draws =
+      state->random && !(state->dropout_argument >= 0 &&
+                         (*stack)[args_begin + state->dropout_argument].toDouble() == 0.0);
+  TORCH_CHECK_NOT_IMPLEMENTED(!draws, "The operator '", name,
                               "' draws random numbers, which infini has no generator for yet "
                               "(backend '",
                               backendName(),

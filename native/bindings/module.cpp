@@ -3,18 +3,21 @@
 // they go through PyTorch's own dispatcher.
 #include <c10/util/Exception.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <mutex>
 #include <tuple>
 
 #include "torch_infini/ops/cpu_fallback.h"
 #include "torch_infini/ops/operator_table.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/generator.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
 
@@ -171,6 +174,37 @@ NB_MODULE(_C, m) {
     torch_infini::deviceAllocator()->resetAccumulatedStats(statsDevice(device));
   });
   m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
+
+  // The default generator of a device (-1: current), under its mutex.
+  auto withGenerator = [](int device, auto fn) {
+    at::Generator gen = torch_infini::defaultGenerator(static_cast<c10::DeviceIndex>(device));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return fn(*gen.get<torch_infini::InfiniGenerator>());
+  };
+  m.def("_rng_manual_seed", [withGenerator](int device, uint64_t seed) {
+    withGenerator(device, [seed](torch_infini::InfiniGenerator& g) {
+      g.set_current_seed(seed);
+      return 0;
+    });
+  });
+  m.def("_rng_seed", [withGenerator](int device) {
+    return withGenerator(device, [](torch_infini::InfiniGenerator& g) { return g.seed(); });
+  });
+  m.def("_rng_initial_seed", [withGenerator](int device) {
+    return withGenerator(device, [](torch_infini::InfiniGenerator& g) { return g.current_seed(); });
+  });
+  m.def("_rng_get_state", [withGenerator](int device) {
+    return withGenerator(device, [](torch_infini::InfiniGenerator& g) {
+      return std::make_pair(g.current_seed(), g.get_offset());
+    });
+  });
+  m.def("_rng_set_state", [withGenerator](int device, uint64_t seed, uint64_t offset) {
+    withGenerator(device, [seed, offset](torch_infini::InfiniGenerator& g) {
+      g.set_current_seed(seed);
+      g.set_offset(offset);
+      return 0;
+    });
+  });
 
   // Devices.
   m.def("_device_count", &torch_infini::deviceCount);

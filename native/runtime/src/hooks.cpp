@@ -5,6 +5,7 @@
 
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/generator.h"
 #include "torch_infini/runtime/stream.h"
 
 namespace torch_infini {
@@ -44,10 +45,10 @@ struct InfiniHooks final : public at::PrivateUse1HooksInterface {
     return {c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)};
   }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false,
-                                "infini: random number generation is not supported yet "
-                                "(no generator for device ",
-                                static_cast<int>(device_index), ")");
+    return defaultGenerator(device_index);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
+    return newGenerator(device_index);
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resizeStorageBytes(storage, newsize);

@@ -1,20 +1,22 @@
 """Seeding and generator state of torch.infini, as torch.cuda's.
 
-No infini operator draws random numbers yet (random tensors are generated on
-the CPU and copied), so the device generator's whole state is its seed:
-initial_seed() reports it, get_rng_state() returns it as a ByteTensor and
-set_rng_state() restores it (torch.testing's freeze_rng_state relies on the
-pair). Device-side random operators, when they come, start from it.
+Each infini device has a default generator in the native library
+(torch_infini/runtime/generator.h): counter-based, its state a seed and an
+offset into the Philox stream the seed selects, as CUDA's.
+get_rng_state() returns that state in CUDA's layout (16 bytes: seed, then
+offset, little-endian) and set_rng_state() restores it; torch.manual_seed,
+torch.random.fork_rng and torch.utils.checkpoint reach it through this
+module.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 import torch
 
-_seed: int = 0
+_STATE_BYTES = 16
+_MASK = 0xFFFF_FFFF_FFFF_FFFF
 
 
 def _is_in_bad_fork() -> bool:
@@ -30,42 +32,63 @@ def _is_in_bad_fork() -> bool:
 
 
 def manual_seed(seed: int) -> None:
-    global _seed
-    _seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    """Seeds the current device's generator (its offset restarts at 0)."""
+    from .. import _C
+
+    _C._rng_manual_seed(-1, int(seed) & _MASK)
 
 
 def manual_seed_all(seed: int) -> None:
-    manual_seed(seed)
+    from .. import _C
+
+    for device in range(torch.infini.device_count()):
+        _C._rng_manual_seed(device, int(seed) & _MASK)
 
 
 def initial_seed() -> int:
-    return _seed
+    """The current device's seed."""
+    from .. import _C
+
+    return int(_C._rng_initial_seed(-1))
 
 
 def seed() -> None:
-    """Seeds with a non-deterministic random number."""
-    manual_seed(int.from_bytes(os.urandom(8), "little"))
+    """Seeds the current device's generator with a non-deterministic random number."""
+    from .. import _C
+
+    _C._rng_seed(-1)
 
 
 def seed_all() -> None:
-    seed()
+    """Seeds every device's generator with one non-deterministic random number."""
+    from .. import _C
+
+    fresh = int(_C._rng_seed(0))
+    for device in range(1, torch.infini.device_count()):
+        _C._rng_manual_seed(device, fresh)
 
 
 def get_rng_state(device: int | str | torch.device = "infini") -> torch.Tensor:
-    """The generator state of ``device`` (its seed, 8 bytes) as a CPU ByteTensor."""
-    _check_device(device)
-    return torch.tensor(list(_seed.to_bytes(8, "little")), dtype=torch.uint8)
+    """The generator state of ``device``: a 16-byte CPU ByteTensor (seed, offset)."""
+    from .. import _C
+
+    seed_value, offset = _C._rng_get_state(_check_device(device))
+    raw = int(seed_value).to_bytes(8, "little") + int(offset).to_bytes(8, "little")
+    return torch.tensor(list(raw), dtype=torch.uint8)
 
 
 def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "infini") -> None:
     """Restores a state returned by get_rng_state."""
-    _check_device(device)
-    if new_state.dtype != torch.uint8 or new_state.numel() != 8:
+    from .. import _C
+
+    index = _check_device(device)
+    if new_state.dtype != torch.uint8 or new_state.numel() != _STATE_BYTES:
         raise ValueError(
-            f"set_rng_state: expected an 8-byte torch.uint8 state from "
+            f"set_rng_state: expected a {_STATE_BYTES}-byte torch.uint8 state from "
             f"torch.infini.get_rng_state(), got {new_state.numel()} elements of {new_state.dtype}"
         )
-    manual_seed(int.from_bytes(bytes(new_state.cpu().tolist()), "little"))
+    raw = bytes(new_state.cpu().tolist())
+    _C._rng_set_state(index, int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little"))
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -77,10 +100,11 @@ def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
         set_rng_state(state, i)
 
 
-def _check_device(device: int | str | torch.device) -> None:
+def _check_device(device: int | str | torch.device) -> int:
     from ._device import _get_device_index
 
     index = _get_device_index(device, optional=True)
     count = torch.infini.device_count()
     if not 0 <= index < count:
         raise IndexError(f"infini: invalid device index {index}; there are {count} device(s)")
+    return index

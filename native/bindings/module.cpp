@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "torch_infini/ops/cpu_fallback.h"
+#include "torch_infini/ops/kernel_provider.h"
 #include "torch_infini/ops/operator_table.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
@@ -91,6 +92,7 @@ NB_MODULE(_C, m) {
   m.def("_reset_fallback_stats", &ops::resetFallbackStats);
   m.def("_fallback_routed_operators", &ops::fallbackRoutedOperators);
   m.def("_fallback_force_staging", &ops::setFallbackForceStaging);
+  m.def("_foreign_kernel_launches", &ops::foreignKernelLaunches);
   m.def("_fallback_forces_staging", &ops::fallbackForceStaging);
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });

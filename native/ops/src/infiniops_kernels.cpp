@@ -182,6 +182,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
            runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_ADD
     infini::ops::Add::Call(handle(out, stream), config_, view(a), view(b), alpha, view(out));
 #else
@@ -191,6 +192,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
            runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_MUL
     // InfiniOps Mul indexes each input with its own shape: inputs arrive
     // already expanded to the output's shape, which it handles.
@@ -202,6 +204,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
                  runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_ADD
     // InfiniOps has no scalar multiply; Add computes a + alpha * b in float
     // for float16/bfloat16 with alpha unrounded, so a = -0.0 (the additive
@@ -221,6 +224,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, const TensorRef* c,
             float alpha, float /*beta*/, runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
     TORCH_INTERNAL_ASSERT(c == nullptr, "infiniops gemm: the bridge sent a C operand");
 #if TORCH_INFINI_OPS_HAS_GEMM
     const std::optional<infini::ops::Tensor> no_c;
@@ -240,6 +244,7 @@ class InfiniOpsKernels final : public KernelProvider {
   bool gemmStridedOutput() const override { return false; }
 
   void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_RELU
     infini::ops::Relu::Call(handle(out, stream), config_, view(x), view(out));
 #else
@@ -248,6 +253,7 @@ class InfiniOpsKernels final : public KernelProvider {
   }
 
   void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_SILU
     infini::ops::Silu::Call(handle(out, stream), config_, view(x), view(out));
 #else
@@ -257,6 +263,7 @@ class InfiniOpsKernels final : public KernelProvider {
 
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_RMS_NORM
     infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps, view(out));
 #else

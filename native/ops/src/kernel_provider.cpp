@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -38,6 +39,14 @@ const char* opName(Op op) {
   }
   return "unknown";
 }
+
+namespace {
+std::atomic<int64_t> foreign_launches{0};
+}  // namespace
+
+int64_t foreignKernelLaunches() { return foreign_launches.load(std::memory_order_relaxed); }
+
+void countForeignKernelLaunch() { foreign_launches.fetch_add(1, std::memory_order_relaxed); }
 
 KernelProvider& kernels() {
   static KernelProvider* provider = [] {

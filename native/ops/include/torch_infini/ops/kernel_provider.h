@@ -92,6 +92,13 @@ class KernelProvider {
                        runtime::StreamHandle stream) = 0;
 };
 
+// Launches of arithmetic kernels (not copies or fills) whose results need not
+// be the CPU's bit for bit: InfiniOps' add, mul, gemm, ... The host provider
+// runs the CPU's own kernels and counts none. Tools read the count before and
+// after a call to tell how to compare its results with the CPU's.
+int64_t foreignKernelLaunches();
+void countForeignKernelLaunch();
+
 // The provider paired with the selected runtime (host runtime: host kernels;
 // an InfiniRT runtime: InfiniOps kernels). Initialized on first use.
 KernelProvider& kernels();

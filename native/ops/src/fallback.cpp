@@ -13,6 +13,7 @@
 #include "torch_infini/ops/cpu_fallback.h"
 
 #include "fallback.h"
+#include "fallback_arguments.h"
 #include "host_fallback.h"
 #include "staged_fallback.h"
 #include "torch_infini/ops/operator_table.h"
@@ -135,31 +136,17 @@ bool hostAddressable() {
   return addressable;
 }
 
-// Calls fn for every tensor among the first `count` values from `first`.
-template <typename F>
-void forEachTensor(const torch::jit::Stack& stack, size_t first, size_t count, F fn) {
-  for (size_t i = first; i < first + count && i < stack.size(); ++i) {
-    const c10::IValue& value = stack[i];
-    if (value.isTensor()) {
-      fn(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorList().vec()) fn(t);
-    } else if (value.isOptionalTensorList()) {
-      for (const auto& t : value.toOptionalTensorList().vec())
-        if (t.has_value()) fn(*t);
-    }
-  }
-}
-
 std::string firstDtype(const torch::jit::Stack& stack, size_t first, size_t count) {
   std::string dtype = "none";
   bool found = false;
-  forEachTensor(stack, first, count, [&](const at::Tensor& t) {
-    if (!found && t.defined()) {
-      dtype = c10::toString(t.scalar_type());
-      found = true;
-    }
-  });
+  for (size_t i = first; i < first + count && i < stack.size(); ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (!found && t.defined()) {
+        dtype = c10::toString(t.scalar_type());
+        found = true;
+      }
+    });
+  }
   return dtype;
 }
 

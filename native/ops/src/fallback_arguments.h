@@ -1,11 +1,13 @@
 // What both ways of running a fallback call on the CPU (host_fallback.cpp:
-// in place; staged_fallback.cpp: through pinned copies) need of its
-// arguments: only strided tensors, one device, and which argument each
-// mutable return is.
+// in place; staged_fallback.cpp: through pinned copies) do with its
+// arguments and returns: only strided tensors, one device, every tensor
+// argument made a CPU tensor, every return made the call's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
@@ -65,6 +67,75 @@ inline const c10::SmallVector<int, 2>& mutatedArguments(const c10::FunctionSchem
     }
   }
   return it->second;
+}
+
+// The arguments of a boxed call, as they were before it ran.
+using Arguments = c10::SmallVector<c10::IValue, 8>;
+
+inline Arguments argumentsOf(const torch::jit::Stack& stack, size_t begin) {
+  return Arguments(stack.begin() + static_cast<std::ptrdiff_t>(begin), stack.end());
+}
+
+// Calls fn(tensor) for each tensor an argument holds.
+template <typename F>
+void forEachTensor(const c10::IValue& value, F fn) {
+  if (value.isTensor()) {
+    fn(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList().vec()) fn(t);
+  } else if (value.isOptionalTensorList()) {
+    for (const auto& t : value.toOptionalTensorList().vec())
+      if (t.has_value()) fn(*t);
+  }
+}
+
+// Every argument from stack[begin] on, made ready for the CPU kernel: each
+// tensor (alone, in a list, optional in a list) becomes to_cpu(tensor), and
+// an infini device argument (a factory's) becomes the CPU after
+// note_device(device).
+template <typename ToCpu, typename NoteDevice>
+void argumentsToCpu(torch::jit::Stack* stack, size_t begin, ToCpu to_cpu, NoteDevice note_device) {
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = to_cpu(value.toTensor());
+    } else if (value.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(to_cpu(t));
+      value = list;
+    } else if (value.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const auto& t : value.toOptionalTensorList().vec())
+        list.push_back(t.has_value() ? std::optional<at::Tensor>(to_cpu(*t)) : t);
+      value = list;
+    } else if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      note_device(value.toDevice());  // compute on the CPU
+      value = c10::Device(c10::kCPU);
+    }
+  }
+}
+
+// The CPU kernel's returns, made the call's: an in-place or out= return is
+// the argument it was given; any other tensor (alone or in a list) becomes
+// to_infini(tensor).
+template <typename ToInfini>
+void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                     const Arguments& original, ToInfini to_infini) {
+  const c10::SmallVector<int, 2>& mutated_arguments = mutatedArguments(schema);
+  const size_t num_returns = schema.returns().size();
+  const size_t ret_begin = stack->size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& value = (*stack)[ret_begin + r];
+    if (mutated_arguments[r] >= 0) {
+      value = original[static_cast<size_t>(mutated_arguments[r])];
+    } else if (value.isTensor()) {
+      value = to_infini(value.toTensor());
+    } else if (value.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(to_infini(t));
+      value = list;
+    }
+  }
 }
 
 // Whether argument `index` of `schema` is written by the call.

@@ -139,34 +139,18 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t begin = stack->size() - num_args;
-  const c10::SmallVector<c10::IValue, 8> original(
-      stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
+  const Arguments original = argumentsOf(*stack, begin);
   Aliaser aliaser;
+  argumentsToCpu(
+      stack, begin, [&](const at::Tensor& t) { return aliaser.toCpu(t); },
+      [&](c10::Device device) { aliaser.noteDevice(device); });
   // Mutable tensor arguments (in-place self, out=) and their CPU aliases: a
   // CPU kernel may give them a new shape within their memory (an out= of 0
   // elements resized to (1, 0, 3)), which the infini tensor must take too.
   c10::SmallVector<std::pair<size_t, at::Tensor>, 4> mutable_aliases;
-  for (size_t i = begin; i < stack->size(); ++i) {
-    c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      value = aliaser.toCpu(value.toTensor());
-      const c10::AliasInfo* info = schema.arguments()[i - begin].alias_info();
-      if (info != nullptr && info->isWrite() && isInfini(original[i - begin].toTensor())) {
-        mutable_aliases.emplace_back(i - begin, value.toTensor());
-      }
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(aliaser.toCpu(t));
-      value = list;
-    } else if (value.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> list;
-      for (const auto& t : value.toOptionalTensorList().vec())
-        list.push_back(t.has_value() ? std::optional<at::Tensor>(aliaser.toCpu(*t)) : t);
-      value = list;
-    } else if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      aliaser.noteDevice(value.toDevice());  // a factory's device: compute on the CPU
-      value = c10::Device(c10::kCPU);
-    }
+  for (size_t i = 0; i < num_args; ++i) {
+    if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor()))
+      mutable_aliases.emplace_back(i, (*stack)[begin + i].toTensor());
   }
   if (aliaser.device()) {
     // The CPU reads and writes the memory now: the stream's pending work first.
@@ -204,23 +188,8 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                                                           alias.storage_offset());
     }
   }
-  const c10::SmallVector<int, 2>& mutated_arguments = mutatedArguments(schema);
-  const size_t num_returns = schema.returns().size();
-  const size_t ret_begin = stack->size() - num_returns;
-  for (size_t r = 0; r < num_returns; ++r) {
-    c10::IValue& value = (*stack)[ret_begin + r];
-    const int mutated = mutated_arguments[r];
-    if (mutated >= 0) {
-      value = original[static_cast<size_t>(mutated)];  // in-place / out=: the given tensor
-    } else if (value.isTensor()) {
-      value = aliaser.toInfini(value.toTensor(), bytes_copied);
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec())
-        list.push_back(aliaser.toInfini(t, bytes_copied));
-      value = list;
-    }
-  }
+  returnsToInfini(schema, stack, original,
+                  [&](const at::Tensor& t) { return aliaser.toInfini(t, bytes_copied); });
   return true;
 }
 

@@ -182,49 +182,20 @@ bool writesUndeclared(const c10::FunctionSchema& schema, size_t index) {
          (arg == "running_mean" || arg == "running_var");  // updated when training
 }
 
-// Calls fn(tensor) for each tensor an argument holds.
-template <typename F>
-void forEachTensor(const c10::IValue& value, F fn) {
-  if (value.isTensor()) {
-    fn(value.toTensor());
-  } else if (value.isTensorList()) {
-    for (const at::Tensor& t : value.toTensorList().vec()) fn(t);
-  } else if (value.isOptionalTensorList()) {
-    for (const auto& t : value.toOptionalTensorList().vec())
-      if (t.has_value()) fn(*t);
-  }
-}
-
 }  // namespace
 
 void runStaged(const c10::OperatorHandle& op, torch::jit::Stack* stack, int64_t* bytes_copied) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t begin = stack->size() - num_args;
-  const c10::SmallVector<c10::IValue, 8> original(
-      stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
+  const Arguments original = argumentsOf(*stack, begin);
   Stager stager(bytes_copied);
   for (const c10::IValue& value : original)
     forEachTensor(value, [&](const at::Tensor& t) { stager.plan(t); });
   stager.copyIn();
-  for (size_t i = begin; i < stack->size(); ++i) {
-    c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      value = stager.toCpu(value.toTensor());
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(stager.toCpu(t));
-      value = list;
-    } else if (value.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> list;
-      for (const auto& t : value.toOptionalTensorList().vec())
-        list.push_back(t.has_value() ? std::optional<at::Tensor>(stager.toCpu(*t)) : t);
-      value = list;
-    } else if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      stager.noteDevice(value.toDevice());  // a factory's device: compute on the CPU
-      value = c10::Device(c10::kCPU);
-    }
-  }
+  argumentsToCpu(
+      stack, begin, [&](const at::Tensor& t) { return stager.toCpu(t); },
+      [&](c10::Device device) { stager.noteDevice(device); });
   // The CPU tensors of written arguments, kept for after the call.
   c10::SmallVector<std::pair<size_t, c10::IValue>, 4> written;
   for (size_t i = 0; i < num_args; ++i)
@@ -244,21 +215,7 @@ void runStaged(const c10::OperatorHandle& op, torch::jit::Stack* stack, int64_t*
     }
   }
   stager.copyOut();
-  const c10::SmallVector<int, 2>& mutated_arguments = mutatedArguments(schema);
-  const size_t num_returns = schema.returns().size();
-  const size_t ret_begin = stack->size() - num_returns;
-  for (size_t r = 0; r < num_returns; ++r) {
-    c10::IValue& value = (*stack)[ret_begin + r];
-    if (mutated_arguments[r] >= 0) {
-      value = original[static_cast<size_t>(mutated_arguments[r])];  // the given tensor
-    } else if (value.isTensor()) {
-      value = stager.toInfini(value.toTensor());
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(stager.toInfini(t));
-      value = list;
-    }
-  }
+  returnsToInfini(schema, stack, original, [&](const at::Tensor& t) { return stager.toInfini(t); });
 }
 
 }  // namespace torch_infini::ops

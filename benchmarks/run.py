@@ -5,14 +5,16 @@
 Every case runs the same work on CPU tensors and on `infini` tensors,
 interleaved round by round, and reports the ratio infini/CPU of the time per
 iteration (median and min-max over rounds; below 1 means infini is faster).
+Random-number cases draw from different generators on each side: their
+infini results are checked statistically instead.
 Copy cases report bandwidth as a fraction of the CPU's own copy bandwidth
 (above 1 means faster). Every infini result is checked against the CPU one
 before anything is timed. Single-threaded (torch.set_num_threads(1)) so both
 sides run the same kernels the same way.
 
 Targets on the `host` device: overhead <= 1.5, allocation <= 1.0, add, mm and
-MLP <= 1.1, copies >= 0.9 of CPU copy bandwidth. They are reported, never
-asserted: speed belongs to benchmarks, not tests.
+MLP <= 1.1, copies >= 0.9 of CPU copy bandwidth, randn and dropout <= 1.5.
+They are reported, never asserted: speed belongs to benchmarks, not tests.
 """
 
 from __future__ import annotations
@@ -350,6 +352,47 @@ def view_case(scale: float) -> Case:
     )
 
 
+def random_cases(scale: float) -> list[Case]:
+    """Random numbers from the device generator against the CPU's. The values
+    differ by design, so the check is statistical: moments for randn, the
+    kept fraction and the scaling for dropout."""
+    n = 10**6
+    iters = max(1, int(100 * scale))
+    cpu = torch.device("cpu")
+    ones_cpu = torch.ones(n)
+    ones_dev = ones_cpu.to(DEVICE)
+
+    def randn_plausible() -> bool:
+        x = torch.randn(n, device=DEVICE).double()
+        return abs(x.mean().item()) < 0.01 and abs(x.std().item() - 1) < 0.01
+
+    def dropout_plausible() -> bool:
+        y = torch.nn.functional.dropout(ones_dev, 0.5, training=True).cpu()
+        kept = y != 0
+        return bool((y[kept] == 2).all()) and abs(kept.double().mean().item() - 0.5) < 0.01
+
+    return [
+        Case(
+            "randn 1e6",
+            "time",
+            "<= 1.5",
+            lambda: torch.randn(n, device=cpu),
+            lambda: torch.randn(n, device=DEVICE),
+            randn_plausible,
+            iters,
+        ),
+        Case(
+            "dropout 1e6 (training)",
+            "time",
+            "<= 1.5",
+            lambda: torch.nn.functional.dropout(ones_cpu, 0.5, training=True),
+            lambda: torch.nn.functional.dropout(ones_dev, 0.5, training=True),
+            dropout_plausible,
+            iters,
+        ),
+    ]
+
+
 def all_cases(scale: float) -> list[Case]:
     return [
         *elementwise_cases(scale),
@@ -359,6 +402,7 @@ def all_cases(scale: float) -> list[Case]:
         *copy_cases(scale),
         *allocation_cases(scale),
         view_case(scale),
+        *random_cases(scale),
     ]
 
 

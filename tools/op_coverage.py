@@ -84,7 +84,10 @@ SERVING = {
         "otherwise decompose it on infini"
     ),
     "composite": "PyTorch's composite runs on infini and reaches the operators it calls",
-    "refused: random": "draws random numbers: NotImplementedError until infini has a generator",
+    "refused: random": (
+        "draws random numbers and has no infini kernel: NotImplementedError (README, 'Random "
+        "numbers'), never the CPU's generator"
+    ),
     "refused: view": "a view operator without an infini kernel (never computed on the CPU)",
     "no CPU kernel": "no kernel for strided CPU tensors either (CUDA-, sparse- or quantized-only)",
 }

@@ -85,7 +85,7 @@ SCHEMA = "torch-infini/op-db-sweep/1"
 REFUSALS: tuple[tuple[str, str, str], ...] = (
     (
         "random operator",
-        "draws random numbers: no CPU generator stands in for infini's (until the RNG issue)",
+        "draws random numbers without an infini kernel: never the CPU's generator (README)",
         r"draws random numbers",
     ),
     (

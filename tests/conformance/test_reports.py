@@ -256,7 +256,8 @@ def test_op_coverage_says_how_every_operator_is_served(
         "aten::mm": "native",
         "aten::native_layer_norm": "fallback (routed)",
         "aten::linear": "composite",
-        "aten::normal_": "refused: random",
+        "aten::normal_": "native",
+        "aten::poisson": "refused: random",
         "aten::_values": "refused: view",
         "aten::_cudnn_rnn_flatten_weight": "no CPU kernel",
     }

@@ -178,10 +178,10 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
       state->random && !(state->dropout_argument >= 0 &&
                          (*stack)[args_begin + state->dropout_argument].toDouble() == 0.0);
   TORCH_CHECK_NOT_IMPLEMENTED(!draws, "The operator '", name,
-                              "' draws random numbers, which infini has no generator for yet "
-                              "(backend '",
+                              "' draws random numbers and has no infini kernel (backend '",
                               backendName(),
-                              "'); random operators never fall back to the CPU generator.");
+                              "'); random operators never fall back to the CPU, whose generator "
+                              "would decide the numbers (README, 'Random numbers').");
   TORCH_CHECK_NOT_IMPLEMENTED(!state->view, "The view operator '", name,
                               "' has no infini kernel (backend '", backendName(),
                               "'); views are never computed on the CPU.");

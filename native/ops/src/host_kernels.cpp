@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dims.h"
+#include "random_fill.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -119,6 +120,9 @@ class HostKernels final : public KernelProvider {
       case Op::Gemm:
       case Op::RmsNorm:
         return dtype == ScalarType::Float;
+      case Op::Random:
+        // What fillRandom writes; the bridge narrows per operator.
+        return floating || signed_or_byte || dtype == ScalarType::Bool;
       case Op::kCount:
         break;
     }
@@ -254,6 +258,10 @@ class HostKernels final : public KernelProvider {
           o.copy_(at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
         },
         out, x, weight);
+  }
+
+  void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {
+    submit(stream, [draw](const TensorRef& o_ref) { fillRandom(o_ref, draw); }, out);
   }
 
  private:

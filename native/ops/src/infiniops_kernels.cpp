@@ -88,7 +88,8 @@ bool implemented(Op op, DeviceType type) {
     case Op::Copy:
     case Op::Cast:
       return type == DeviceType::kCpu || type == DeviceType::kAscend;
-    case Op::Fill:  // only on some GPU types, and not built into our operator set
+    case Op::Fill:    // only on some GPU types, and not built into our operator set
+    case Op::Random:  // InfiniOps has no generator (random_sample samples, it draws nothing)
     case Op::kCount:
       break;
   }
@@ -114,6 +115,7 @@ bool linked(Op op) {
     case Op::Cast:
       return TORCH_INFINI_OPS_HAS_CAST;
     case Op::Fill:
+    case Op::Random:
     case Op::kCount:
       break;
   }
@@ -160,6 +162,7 @@ class InfiniOpsKernels final : public KernelProvider {
       case Op::RmsNorm:
         return dtype == c10::ScalarType::Float;
       case Op::Fill:
+      case Op::Random:
       case Op::kCount:
         break;
     }
@@ -269,6 +272,11 @@ class InfiniOpsKernels final : public KernelProvider {
 #else
     unavailable("rms_norm");
 #endif
+  }
+
+  void random(const TensorRef& /*out*/, const RandomDraw& /*draw*/,
+              runtime::StreamHandle /*stream*/) override {
+    unavailable("random (InfiniOps has no generator)");
   }
 
  private:

@@ -34,6 +34,8 @@ const char* opName(Op op) {
       return "silu";
     case Op::RmsNorm:
       return "rms_norm";
+    case Op::Random:
+      return "random";
     case Op::kCount:
       break;
   }

@@ -49,6 +49,32 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::addmm.out", "matmul", Op::Gemm},
       // Normalization (normalization.cpp).
       {"aten::rms_norm", "normalization", Op::RmsNorm},
+      // Random numbers (random.cpp) from the device generator: the seam's
+      // Random kernel where the provider has a generator, else generated on
+      // the host; every dtype the CPU's kernel takes.
+      {"aten::uniform_", "random", std::nullopt},
+      {"aten::normal_", "random", std::nullopt},
+      {"aten::normal.Tensor_float", "random", std::nullopt},
+      {"aten::normal.Tensor_float_out", "random", std::nullopt},
+      {"aten::normal.float_Tensor", "random", std::nullopt},
+      {"aten::normal.float_Tensor_out", "random", std::nullopt},
+      {"aten::normal.Tensor_Tensor", "random", std::nullopt},
+      {"aten::normal.Tensor_Tensor_out", "random", std::nullopt},
+      {"aten::log_normal_", "random", std::nullopt},
+      {"aten::exponential_", "random", std::nullopt},
+      {"aten::geometric_", "random", std::nullopt},
+      {"aten::cauchy_", "random", std::nullopt},
+      {"aten::random_", "random", std::nullopt},
+      {"aten::random_.from", "random", std::nullopt},
+      {"aten::random_.to", "random", std::nullopt},
+      {"aten::bernoulli_.Tensor", "random", std::nullopt},
+      {"aten::bernoulli_.float", "random", std::nullopt},
+      {"aten::bernoulli.out", "random", std::nullopt},
+      {"aten::randperm.generator_out", "random", std::nullopt},
+      {"aten::multinomial", "random", std::nullopt},
+      {"aten::multinomial.out", "random", std::nullopt},
+      {"aten::native_dropout", "random", std::nullopt},
+      {"aten::native_dropout_backward", "elementwise", std::nullopt},  // draws nothing
   };
   return table;
 }

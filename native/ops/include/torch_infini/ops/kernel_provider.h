@@ -17,6 +17,8 @@
 
 namespace torch_infini::ops {
 
+struct RandomDraw;
+
 // A strided view of device memory. Sizes and strides count elements.
 struct TensorRef {
   void* data = nullptr;
@@ -45,6 +47,7 @@ enum class Op : uint8_t {
   Relu,     // out = max(x, 0)
   Silu,     // out = x * sigmoid(x)
   RmsNorm,  // out = x / sqrt(mean(x^2, -1) + eps) * weight
+  Random,   // out = a draw from the device generator's Philox stream (random_fill.h)
   kCount
 };
 
@@ -90,6 +93,13 @@ class KernelProvider {
   // Normalizes over the last dimension; x and out are 2-D or 3-D.
   virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                        runtime::StreamHandle stream) = 0;
+  // Writes `draw` (whose seed and offset the bridge took from the generator
+  // when it enqueued the call) into out, in stream order; draws with tensor
+  // inputs (Bernoulli with a p tensor) never come here. Providers whose
+  // library has no generator do not support Op::Random: the bridge then
+  // generates on the host (random.cpp).
+  virtual void random(const TensorRef& out, const RandomDraw& draw,
+                      runtime::StreamHandle stream) = 0;
 };
 
 // Launches of arithmetic kernels (not copies or fills) whose results need not

@@ -122,7 +122,9 @@ class HostKernels final : public KernelProvider {
         return dtype == ScalarType::Float;
       case Op::Random:
         // What fillRandom writes; the bridge narrows per operator.
-        return floating || signed_or_byte || dtype == ScalarType::Bool;
+        return floating || signed_or_byte || dtype == ScalarType::Bool ||
+               dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 ||
+               dtype == ScalarType::UInt64;
       case Op::kCount:
         break;
     }

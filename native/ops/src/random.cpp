@@ -98,6 +98,9 @@ void requireFloating(c10::ScalarType dtype, const char* name) {
 void requireAllAndBool(c10::ScalarType dtype, const char* name) {
   requireDtype(isAllOrBool(dtype), name, dtype);
 }
+bool isUnsigned(c10::ScalarType t) {
+  return t == at::kUInt16 || t == at::kUInt32 || t == at::kUInt64;
+}
 
 // ---- Kernels for ATen's distribution templates ----------------------------
 
@@ -174,7 +177,8 @@ struct BernoulliTensorKernel {
     // call, as the CPU kernel checks them, and read there by the draw.
     const at::Tensor p = asTensor(p_base).to(c10::kCPU).expand(self.sizes());
     TORCH_CHECK(((p >= 0) & (p <= 1)).all().item<bool>(),
-                "Expected p_in >= 0 && p_in <= 1 to be true, but got false.");
+                "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+                "message be improved?  If so, please report an enhancement request to PyTorch.)");
     RandomDraw d{.kind = Distribution::BernoulliP};
     d.p = toRef(p);
     draw(self, d, gen);
@@ -204,13 +208,14 @@ struct RandomKernel {
 template <typename RNG>
 struct RandomFromToKernel {
   void operator()(at::TensorIteratorBase& iter, uint64_t range, int64_t base, Gen gen) {
-    requireAllAndBool(iter.dtype(), "random_");
+    // Ranges the dtype's bounds allow were checked: unsigned types too.
+    requireDtype(isAllOrBool(iter.dtype()) || isUnsigned(iter.dtype()), "random_", iter.dtype());
     draw(asTensor(iter.tensor_base(0)),
          {.kind = Distribution::Integers, .base = base, .range = range}, gen);
   }
   // [int64 min, int64 max]: the full 64-bit range.
   void operator()(at::TensorIteratorBase& iter, Gen gen) {
-    requireAllAndBool(iter.dtype(), "random_");
+    requireDtype(isAllOrBool(iter.dtype()) || isUnsigned(iter.dtype()), "random_", iter.dtype());
     draw(asTensor(iter.tensor_base(0)),
          {.kind = Distribution::Integers, .base = std::numeric_limits<int64_t>::min(), .range = 0},
          gen);

@@ -1,6 +1,7 @@
 #include "random_fill.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -263,8 +264,9 @@ uint64_t lanesFor(const RandomDraw& draw, c10::ScalarType dtype, int64_t numel) 
 
 void fillRandom(const TensorRef& out, const RandomDraw& draw) {
   if (out.numel() == 0) return;
-  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, out.dtype, "random on infini",
-                             [&] { fillTyped<scalar_t>(out, draw); });
+  AT_DISPATCH_V2(out.dtype, "random on infini", AT_WRAP([&] { fillTyped<scalar_t>(out, draw); }),
+                 AT_EXPAND(AT_ALL_TYPES), at::kHalf, at::kBFloat16, at::kBool,
+                 AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
 }
 
 }  // namespace torch_infini::ops

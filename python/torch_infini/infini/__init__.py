@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 from . import memory
 from ._device import (
     current_device,
@@ -61,6 +65,7 @@ __all__ = [
     "device_count",
     "device_of",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_name",
     "get_rng_state",
     "get_rng_state_all",
@@ -90,3 +95,22 @@ __all__ = [
     "stream",
     "synchronize",
 ]
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes ``torch.autocast("infini")`` may cast to: none yet.
+
+    infini registers no autocast policy yet, so an autocast region would
+    silently compute in the inputs' dtypes; with no supported dtype PyTorch
+    warns and leaves autocast disabled instead. ``torch.autocast`` (which
+    ``torch.utils.checkpoint`` enters on recompute) requires the function.
+    """
+    return []
+
+
+def __getattr__(name: str) -> Any:
+    # torch.utils.checkpoint saves and restores a device's RNG state only if
+    # its module's ``_initialized`` is true (torch.cuda keeps such a flag).
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,6 +17,9 @@ struct OperatorEntry {
   const char* name;      // "aten::add.Tensor"
   const char* family;    // "elementwise", "matmul", ...
   std::optional<Op> op;  // nullopt: no kernel involved (factories, views), every dtype
+  // Without a seam operator, the dtypes the bridge takes where not every
+  // dtype (random operators: those the CPU's kernel takes); null: every one.
+  bool (*accepts)(c10::ScalarType) = nullptr;
 };
 
 const std::vector<OperatorEntry>& bridgeOperators();

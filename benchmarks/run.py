@@ -13,13 +13,16 @@ before anything is timed. Single-threaded (torch.set_num_threads(1)) so both
 sides run the same kernels the same way.
 
 Targets on the `host` device: overhead <= 1.5, allocation <= 1.0, add, mm and
-MLP <= 1.1, copies >= 0.9 of CPU copy bandwidth, randn and dropout <= 1.5.
+MLP <= 1.1, copies >= 0.9 of CPU copy bandwidth, randn and dropout <= 1.5,
+the main job's Llama (forward, training step, generation) <= 1.15.
 They are reported, never asserted: speed belongs to benchmarks, not tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import importlib.util
 import json
 import statistics
 import sys
@@ -27,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch_infini
@@ -393,6 +397,92 @@ def random_cases(scale: float) -> list[Case]:
     ]
 
 
+def _load_llama() -> Any:
+    """examples/llama.py, the main job's model (not a package: loaded by path)."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "llama.py"
+    spec = importlib.util.spec_from_file_location("torch_infini_example_llama", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def llama_cases(scale: float) -> list[Case]:
+    """The main job's Llama as a whole: forward, one AdamW training step, 32
+    generated tokens with the KV cache; against the same model on the CPU
+    (CPU eager). Checked first: equal logits, losses and tokens on host."""
+    llama = _load_llama()
+    cfg = llama.Config()
+    torch.manual_seed(0)
+    model_cpu = llama.Llama(cfg)
+    model_dev = copy.deepcopy(model_cpu).to(DEVICE)
+    inputs, targets = llama.batch(32, 8, torch.Generator().manual_seed(1))
+    inputs_dev, targets_dev = inputs.to(DEVICE), targets.to(DEVICE)
+    prompt = inputs[:1, :9]
+    prompt_dev = prompt.to(DEVICE)
+    opt_cpu = torch.optim.AdamW(model_cpu.parameters(), lr=1e-4)
+    opt_dev = torch.optim.AdamW(model_dev.parameters(), lr=1e-4)
+    iters = max(1, int(20 * scale))
+
+    @torch.no_grad()
+    def forward(model: Any, x: torch.Tensor) -> torch.Tensor:
+        model.eval()
+        return model(x)
+
+    def step(model: Any, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Any:
+        model.train()
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()  # the step ends when its loss is known, on both sides
+
+    def forward_agrees() -> bool:
+        return close(forward(model_dev, inputs_dev), forward(model_cpu, inputs))
+
+    def step_agrees() -> bool:
+        # On copies: the timed models keep their own (equal) trajectories.
+        cpu, dev = copy.deepcopy(model_cpu), copy.deepcopy(model_dev)
+        loss_cpu = step(cpu, torch.optim.AdamW(cpu.parameters(), lr=1e-4), inputs, targets)
+        loss_dev = step(dev, torch.optim.AdamW(dev.parameters(), lr=1e-4), inputs_dev, targets_dev)
+        return abs(loss_cpu - loss_dev) <= 1e-4 * abs(loss_cpu)
+
+    def generation_agrees() -> bool:
+        tokens_dev = llama.generate(model_dev, prompt_dev, 32)[0]
+        return tokens_dev == llama.generate(model_cpu, prompt, 32)[0]
+
+    return [
+        Case(
+            "Llama forward [32, 16]",
+            "time",
+            "<= 1.15",
+            lambda: forward(model_cpu, inputs),
+            lambda: forward(model_dev, inputs_dev),
+            forward_agrees,
+            iters,
+        ),
+        Case(
+            "Llama training step [32, 16] (AdamW)",
+            "time",
+            "<= 1.15",
+            lambda: step(model_cpu, opt_cpu, inputs, targets),
+            lambda: step(model_dev, opt_dev, inputs_dev, targets_dev),
+            step_agrees,
+            iters,
+        ),
+        Case(
+            "Llama generate 32 tokens (KV cache)",
+            "time",
+            "<= 1.15",
+            lambda: llama.generate(model_cpu, prompt, 32),
+            lambda: llama.generate(model_dev, prompt_dev, 32),
+            generation_agrees,
+            max(1, iters // 4),
+        ),
+    ]
+
+
 def all_cases(scale: float) -> list[Case]:
     return [
         *elementwise_cases(scale),
@@ -403,6 +493,7 @@ def all_cases(scale: float) -> list[Case]:
         *allocation_cases(scale),
         view_case(scale),
         *random_cases(scale),
+        *llama_cases(scale),
     ]
 
 

@@ -32,6 +32,9 @@ CASES = {
     "view creation (view + transpose)": ("time", "<= 1.1"),
     "randn 1e6": ("time", "<= 1.5"),
     "dropout 1e6 (training)": ("time", "<= 1.5"),
+    "Llama forward [32, 16]": ("time", "<= 1.15"),
+    "Llama training step [32, 16] (AdamW)": ("time", "<= 1.15"),
+    "Llama generate 32 tokens (KV cache)": ("time", "<= 1.15"),
 }
 
 

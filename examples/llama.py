@@ -1,7 +1,8 @@
 """Main job: a small Llama trained and generating on infini:0, checked against the CPU.
 
 A compact Llama-style decoder in plain torch.nn: RMSNorm, rotary position
-embeddings, grouped-query causal attention with a KV cache, a SwiGLU MLP.
+embeddings, grouped-query causal attention with a KV cache, a SwiGLU MLP
+(its activation is torch.ops.infini.swiglu, a fused InfiniOps kernel).
 The same model (same initial weights, same batches) trains on the CPU and on
 ``infini:0`` for a few hundred AdamW steps on a synthetic task (reverse a
 sequence), then generates greedily with its KV cache. The two runs must
@@ -105,7 +106,9 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(cfg.ffn, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        # up(x) * silu(gate(x)) as one fused operator (InfiniOps' kernel on
+        # the Infini stack; on CPU tensors its reference).
+        return self.down(torch_infini.ops.swiglu(self.up(x), self.gate(x)))
 
 
 class Block(nn.Module):

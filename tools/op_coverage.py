@@ -56,12 +56,13 @@ def dispatcher_registrations() -> list[str]:
 
 
 def registered_aten_operators() -> list[str]:
-    """aten operators with an infini kernel (not those routed to the CPU fallback)."""
+    """aten operators, and the fused infini:: ones (torch.ops.infini), with an
+    infini kernel (not those routed to the CPU fallback)."""
     routed = set(torch_infini.cpu_fallback.routed_operators())
     return [
         name
         for name in dispatcher_registrations()
-        if name.startswith("aten::") and name not in routed
+        if name.startswith(("aten::", "infini::")) and name not in routed
     ]
 
 
@@ -70,7 +71,7 @@ def other_namespaces() -> dict[str, int]:
     counts: dict[str, int] = {}
     for name in dispatcher_registrations():
         namespace = name.split("::", 1)[0]
-        if namespace != "aten":
+        if namespace not in ("aten", "infini"):
             counts[namespace] = counts.get(namespace, 0) + 1
     return dict(sorted(counts.items()))
 
@@ -94,12 +95,13 @@ SERVING = {
 
 
 def serving_status() -> dict[str, str]:
-    """Every aten operator overload in the dispatcher -> its ``SERVING`` key on infini."""
+    """Every aten (and infini::) operator overload in the dispatcher -> its
+    ``SERVING`` key on infini."""
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     routed = set(torch_infini.cpu_fallback.routed_operators())
     status: dict[str, str] = {}
     for full in torch._C._dispatch_get_all_op_names():
-        if not full.startswith("aten::"):
+        if not full.startswith(("aten::", "infini::")):
             continue
         name, _, overload = full.partition(".")
         schema = torch._C._get_schema(name, overload)

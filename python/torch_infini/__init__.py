@@ -48,7 +48,7 @@ from . import _printing  # noqa: E402
 
 _printing.install()
 
-from . import cpu_fallback  # noqa: E402
+from . import cpu_fallback, ops  # noqa: E402
 
 cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 
@@ -65,6 +65,7 @@ __all__ = [
     "compiled_backends",
     "is_initialized",
     "operators",
+    "ops",
     "set_backend",
     "supported_dtypes",
     "__version__",

@@ -41,7 +41,8 @@ class OperatorInfo:
 
 
 def operators() -> list[OperatorInfo]:
-    """Every ATen operator the bridge registers for infini (initializes the backend)."""
+    """Every operator the bridge registers for infini: ATen's, and the fused
+    ``infini::`` operators (torch.ops.infini). Initializes the backend."""
     return [
         OperatorInfo(name, family, kernel, tuple(_DTYPES[d] for d in dtypes))
         for name, family, kernel, dtypes in _C._operator_table()
@@ -55,7 +56,7 @@ def supported_dtypes(name: str) -> tuple[torch.dtype, ...]:
     "aten::add.Tensor", "add.out", "add" (every overload of an operator is
     served by the same kernel, so they share their dtypes).
     """
-    full = name if name.startswith("aten::") else f"aten::{name}"
+    full = name if "::" in name else f"aten::{name}"
     infos = operators()
     for info in infos:
         if info.name == full:

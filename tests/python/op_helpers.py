@@ -135,6 +135,8 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "bmm": (torch.float32,),
     "addmm": (torch.float32,),
     "rms_norm": (torch.float32,),
+    "infini::silu_and_mul": FLOAT_DTYPES,
+    "infini::swiglu": FLOAT_DTYPES,
 }
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa
@@ -145,7 +147,9 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # ``truncatesFloat16``): they would return silently wrong values, and refuse
 # instead. relu and same-dtype copies return an input value unchanged and keep
 # float16; casts to/from float16 are staged through the CPU (test_copy.py).
-_NO_FLOAT16_ON_INFINIRT_CPU = frozenset({"add", "mul", "silu"})
+_NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
+    {"add", "mul", "silu", "infini::silu_and_mul", "infini::swiglu"}
+)
 
 # c10's names for the dtypes, as the refusals spell them.
 _C10_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}

@@ -73,6 +73,8 @@ CASES: dict[str, GradCase] = {
     ),
     "reshape (alias)": GradCase("aten::_reshape_alias", lambda a: a.t().reshape(2, 6), [(3, 4)]),
     "to infini": GradCase("aten::_copy_from", lambda a: a.to("infini").cpu(), [(3, 4)]),
+    "silu_and_mul": GradCase("infini::silu_and_mul", torch.ops.infini.silu_and_mul, [(3, 8)]),
+    "swiglu": GradCase("infini::swiglu", torch.ops.infini.swiglu, [(3, 4), (3, 4)]),
 }
 
 # Cases whose backward needs an operator infini has no kernel for (the CPU

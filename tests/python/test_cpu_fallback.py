@@ -269,6 +269,8 @@ def test_declared_kernels_never_reach_the_fallback() -> None:
         "bmm": lambda dt: torch.bmm(_ones(dt, (2, 2, 3)), _ones(dt, (2, 3, 2))),
         "addmm": lambda dt: torch.addmm(_ones(dt, (2, 2)), _ones(dt, (2, 3)), _ones(dt, (3, 2))),
         "rms_norm": lambda dt: torch.nn.functional.rms_norm(_ones(dt, (2, 4)), [4]),
+        "infini::silu_and_mul": lambda dt: torch.ops.infini.silu_and_mul(_ones(dt, (2, 4))),
+        "infini::swiglu": lambda dt: torch.ops.infini.swiglu(_ones(dt), _ones(dt)),
     }
     with fallback.strict():
         for op, call in calls.items():

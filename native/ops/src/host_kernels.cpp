@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dims.h"
+#include "fused_reference.h"
 #include "random_fill.h"
 
 namespace torch_infini::ops {
@@ -120,6 +121,9 @@ class HostKernels final : public KernelProvider {
       case Op::Gemm:
       case Op::RmsNorm:
         return dtype == ScalarType::Float;
+      case Op::SiluAndMul:
+      case Op::Swiglu:
+        return floating;  // InfiniOps' CPU build: its AllFloatTypes
       case Op::Random:
         // What fillRandom writes; the bridge narrows per operator.
         return floating || signed_or_byte || dtype == ScalarType::Bool ||
@@ -260,6 +264,28 @@ class HostKernels final : public KernelProvider {
           o.copy_(at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
         },
         out, x, weight);
+  }
+
+  // The fused operators' CPU reference, run on the device memory.
+  void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          at::Tensor o = out0(o_ref);
+          o.copy_(siluAndMulReference(in1(x_ref)));
+        },
+        out, x);
+  }
+
+  void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
+              runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
+          at::Tensor o = out0(o_ref);
+          o.copy_(swigluReference(in1(i_ref), in2(g_ref)));
+        },
+        out, input, gate);
   }
 
   void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {

@@ -88,6 +88,11 @@ bool implemented(Op op, DeviceType type) {
     case Op::Copy:
     case Op::Cast:
       return type == DeviceType::kCpu || type == DeviceType::kAscend;
+    case Op::SiluAndMul:
+    case Op::Swiglu:
+      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
+             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
+             type == DeviceType::kMoore;
     case Op::Fill:    // only on some GPU types, and not built into our operator set
     case Op::Random:  // InfiniOps has no generator (random_sample samples, it draws nothing)
     case Op::kCount:
@@ -114,6 +119,10 @@ bool linked(Op op) {
     case Op::Copy:
     case Op::Cast:
       return TORCH_INFINI_OPS_HAS_CAST;
+    case Op::SiluAndMul:
+      return TORCH_INFINI_OPS_HAS_SILU_AND_MUL;
+    case Op::Swiglu:
+      return TORCH_INFINI_OPS_HAS_SWIGLU;
     case Op::Fill:
     case Op::Random:
     case Op::kCount:
@@ -157,6 +166,8 @@ class InfiniOpsKernels final : public KernelProvider {
         // CPU add for them: the bridge offers what host and Infini share.
         return isFloating(dtype) || isSignedOrByte(dtype);
       case Op::Silu:
+      case Op::SiluAndMul:
+      case Op::Swiglu:
         return isFloating(dtype);
       case Op::Gemm:
       case Op::RmsNorm:
@@ -271,6 +282,30 @@ class InfiniOpsKernels final : public KernelProvider {
     infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps, view(out));
 #else
     unavailable("rms_norm");
+#endif
+  }
+
+  void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_SILU_AND_MUL
+    infini::ops::SiluAndMul::Call(handle(out, stream), config_, view(x), view(out));
+#else
+    unavailable("silu_and_mul");
+#endif
+  }
+
+  void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
+              runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_SWIGLU
+    // Deprecated upstream in favour of SiluAndMul (one input holding both
+    // halves); the two-tensor form is what swiglu(input, gate) means.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    infini::ops::Swiglu::Call(handle(out, stream), config_, view(input), view(gate), view(out));
+#pragma GCC diagnostic pop
+#else
+    unavailable("swiglu");
 #endif
   }
 

@@ -36,6 +36,10 @@ const char* opName(Op op) {
       return "rms_norm";
     case Op::Random:
       return "random";
+    case Op::SiluAndMul:
+      return "silu_and_mul";
+    case Op::Swiglu:
+      return "swiglu";
     case Op::kCount:
       break;
   }

@@ -94,6 +94,9 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::multinomial.out", "random", std::nullopt, floating},
       {"aten::native_dropout", "random", std::nullopt, floatingOrComplex},
       {"aten::native_dropout_backward", "elementwise", std::nullopt},  // draws nothing
+      // InfiniOps' fused LLM kernels as torch.ops.infini (fused.cpp).
+      {"infini::silu_and_mul", "fused", Op::SiluAndMul},
+      {"infini::swiglu", "fused", Op::Swiglu},
   };
   return table;
 }

@@ -38,16 +38,18 @@ struct TensorRef {
 // Operators of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class Op : uint8_t {
-  Copy,     // same-dtype strided copy, dst and src of equal shape
-  Cast,     // strided copy converting between dtypes (both must be supported)
-  Fill,     // dst[...] = value
-  Add,      // out = a + alpha * b
-  Mul,      // out = a * b; also out = x * scalar (mulScalar)
-  Gemm,     // out = alpha * a @ b, 2-D or batched 3-D
-  Relu,     // out = max(x, 0)
-  Silu,     // out = x * sigmoid(x)
-  RmsNorm,  // out = x / sqrt(mean(x^2, -1) + eps) * weight
-  Random,   // out = a draw from the device generator's Philox stream (random_fill.h)
+  Copy,        // same-dtype strided copy, dst and src of equal shape
+  Cast,        // strided copy converting between dtypes (both must be supported)
+  Fill,        // dst[...] = value
+  Add,         // out = a + alpha * b
+  Mul,         // out = a * b; also out = x * scalar (mulScalar)
+  Gemm,        // out = alpha * a @ b, 2-D or batched 3-D
+  Relu,        // out = max(x, 0)
+  Silu,        // out = x * sigmoid(x)
+  RmsNorm,     // out = x / sqrt(mean(x^2, -1) + eps) * weight
+  Random,      // out = a draw from the device generator's Philox stream (random_fill.h)
+  SiluAndMul,  // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
+  Swiglu,      // out = input * silu(gate) (torch.ops.infini.swiglu)
   kCount
 };
 
@@ -99,6 +101,13 @@ class KernelProvider {
   // library has no generator do not support Op::Random: the bridge then
   // generates on the host (random.cpp).
   virtual void random(const TensorRef& out, const RandomDraw& draw,
+                      runtime::StreamHandle stream) = 0;
+  // Fused LLM kernels (fused.cpp has their definitions): computed in float
+  // (double for float64), rounded once to the output's dtype. x is [..., 2h]
+  // and out [..., h]; for swiglu all three share one shape.
+  virtual void siluAndMul(const TensorRef& out, const TensorRef& x,
+                          runtime::StreamHandle stream) = 0;
+  virtual void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
                       runtime::StreamHandle stream) = 0;
 };
 

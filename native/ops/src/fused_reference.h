@@ -1,0 +1,18 @@
+// The CPU reference of infini's fused operators (torch.ops.infini.*): what
+// they compute on CPU tensors, the tests' oracle, and the host provider's
+// kernel. Argument checks included.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_infini::ops {
+
+// silu(x[..., :h]) * x[..., h:] for x of shape [..., 2h].
+at::Tensor siluAndMulReference(const at::Tensor& x);
+// input * silu(gate), input and gate of one shape.
+at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate);
+
+void checkSiluAndMul(const at::Tensor& x);
+void checkSwiglu(const at::Tensor& input, const at::Tensor& gate);
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,188 @@
+"""torch.ops.infini's fused operators against their CPU reference.
+
+silu_and_mul and swiglu: every declared dtype (bit for bit where the host
+provider runs the reference, PyTorch's tolerances for InfiniOps' kernels),
+shapes from 1-D to 4-D, non-contiguous inputs, empty tensors, gradients
+against the reference's autograd (and gradcheck of the formula), the Meta
+kernel and PyTorch's opcheck, bad input raising the reference's errors, and
+undeclared dtypes served by the CPU fallback (or refused with it off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_infini
+from infini_testing import raises_exactly
+from op_helpers import FLOAT_DTYPES, assert_matches, kernel_dtypes, make_cpu
+
+DEVICE = torch.device("infini", 0)
+OPS = ("infini::silu_and_mul", "infini::swiglu")
+
+
+def _silu_and_mul_inputs(shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Tensor]:
+    return [make_cpu(shape, dtype, seed=3)]
+
+
+def _swiglu_inputs(shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Tensor]:
+    return [make_cpu(shape, dtype, seed=3), make_cpu(shape, dtype, seed=4)]
+
+
+CALLS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., list[torch.Tensor]]]] = {
+    "infini::silu_and_mul": (torch_infini.ops.silu_and_mul, _silu_and_mul_inputs),
+    "infini::swiglu": (torch_infini.ops.swiglu, _swiglu_inputs),
+}
+SHAPES = [(8,), (3, 8), (2, 3, 16), (2, 1, 3, 4), (0, 6)]
+
+
+def _same_kernel() -> bool:
+    return torch_infini.backend() == "host"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_matches_the_cpu_reference(op: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    fn, inputs = CALLS[op]
+    args = inputs(shape, dtype)
+    expected = fn(*args)
+    if dtype not in kernel_dtypes(op):
+        pytest.skip(f"{op} declares no {dtype} here: test_undeclared_dtypes_fall_back covers it")
+    torch_infini.cpu_fallback.reset_stats()
+    got = fn(*(a.to(DEVICE) for a in args))
+    assert got.device == DEVICE
+    assert_matches(got, expected, same_kernel=_same_kernel())
+    assert torch_infini.cpu_fallback.stats() == {}  # served natively
+
+
+def test_the_reference_is_the_unfused_formula() -> None:
+    """In float32 the reference is F.silu(gate) * up bit for bit; in the
+    half types it rounds once (from float), within half an ulp of float64."""
+    x = make_cpu((4, 10), torch.float32, seed=1)
+    assert torch.equal(torch_infini.ops.silu_and_mul(x), F.silu(x[:, :5]) * x[:, 5:])
+    a, g = make_cpu((4, 5), torch.float32, seed=2), make_cpu((4, 5), torch.float32, seed=3)
+    assert torch.equal(torch_infini.ops.swiglu(a, g), a * F.silu(g))
+    for dtype in (torch.float16, torch.bfloat16):
+        h = x.to(dtype)
+        exact = (F.silu(h[:, :5].double()) * h[:, 5:].double()).to(dtype)
+        assert_matches(torch_infini.ops.silu_and_mul(h), exact, device="cpu", rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_non_contiguous_inputs(op: str) -> None:
+    fn, inputs = CALLS[op]
+    args = [t.t() for t in inputs((8, 6), torch.float32)]  # [6, 8], transposed
+    expected = fn(*args)
+    got = fn(*(relocate_view(a) for a in args))
+    assert_matches(got, expected, same_kernel=_same_kernel())
+    sliced = [t[:, 1::2] for t in inputs((3, 16), torch.float32)]  # strided last dim
+    assert_matches(fn(*(relocate_view(a) for a in sliced)), fn(*sliced), same_kernel=_same_kernel())
+
+
+def relocate_view(t: torch.Tensor) -> torch.Tensor:
+    """The same view (sizes, strides, offset) of a copy of t's storage on infini."""
+    base = torch.empty(0, dtype=t.dtype).set_(
+        t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,)
+    )
+    return base.to(DEVICE).as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_gradients_match_the_reference(op: str) -> None:
+    fn, inputs = CALLS[op]
+    cpu = [t.requires_grad_() for t in inputs((3, 8), torch.float32)]
+    dev = [t.detach().to(DEVICE).requires_grad_() for t in cpu]
+    grad = make_cpu(tuple(fn(*cpu).shape), torch.float32, seed=9)
+    fn(*cpu).backward(grad)
+    fn(*dev).backward(grad.to(DEVICE))
+    for d, c in zip(dev, cpu, strict=True):
+        assert d.grad is not None and d.grad.device == DEVICE
+        assert_matches(d.grad, c.grad, same_kernel=_same_kernel())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_gradient_formula_is_the_derivative(op: str) -> None:
+    fn, inputs = CALLS[op]
+    args = [t.requires_grad_() for t in inputs((3, 8), torch.float64)]
+    assert torch.autograd.gradcheck(fn, args)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_meta_and_opcheck(op: str) -> None:
+    """Shapes without data (torch.compile's fake tensors) and PyTorch's
+    custom-operator checks (schema, fake kernel, autograd registration, AOT)."""
+    fn, inputs = CALLS[op]
+    args = inputs((2, 3, 8), torch.float32)
+    meta = fn(*(a.to("meta") for a in args))
+    assert meta.shape == fn(*args).shape and meta.device.type == "meta"
+    packet = getattr(torch.ops.infini, op.removeprefix("infini::"))
+    torch.library.opcheck(packet.default, [a.requires_grad_() for a in args])
+    # opcheck's autograd-registration test knows only CPU/CUDA/XPU devices.
+    dev_args = [a.detach().to(DEVICE).requires_grad_() for a in args]
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(packet.default, dev_args, test_utils=utils)
+
+
+BAD: dict[str, Callable[[torch.device], object]] = {
+    "silu_and_mul odd last dim": lambda d: torch_infini.ops.silu_and_mul(
+        torch.ones(3, 5, device=d)
+    ),
+    "silu_and_mul 0-dim": lambda d: torch_infini.ops.silu_and_mul(torch.tensor(1.0, device=d)),
+    "silu_and_mul int": lambda d: torch_infini.ops.silu_and_mul(
+        torch.ones(3, 4, dtype=torch.int32, device=d)
+    ),
+    "swiglu shapes": lambda d: torch_infini.ops.swiglu(
+        torch.ones(3, 4, device=d), torch.ones(4, 4, device=d)
+    ),
+    "swiglu dtypes": lambda d: torch_infini.ops.swiglu(
+        torch.ones(3, 4, device=d), torch.ones(3, 4, dtype=torch.float64, device=d)
+    ),
+    "swiglu int": lambda d: torch_infini.ops.swiglu(
+        torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, dtype=torch.int64, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_raises_the_references_error(name: str) -> None:
+    with pytest.raises(RuntimeError) as on_cpu:
+        BAD[name](torch.device("cpu"))
+    with raises_exactly(type(on_cpu.value), match=None) as on_infini:
+        BAD[name](DEVICE)
+    assert str(on_infini.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+
+
+def test_tensors_on_two_devices_are_refused() -> None:
+    with pytest.raises(RuntimeError, match="same device"):
+        torch_infini.ops.swiglu(torch.ones(3, device=DEVICE), torch.ones(3))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_undeclared_dtypes_fall_back(op: str) -> None:
+    """A dtype the backend does not declare for the kernel runs in the CPU
+    fallback (the reference, same result), or is refused with it off."""
+    undeclared = [d for d in FLOAT_DTYPES if d not in kernel_dtypes(op)]
+    if not undeclared:
+        pytest.skip(f"{torch_infini.backend()} declares every float dtype for {op}")
+    fn, inputs = CALLS[op]
+    for dtype in undeclared:
+        args = inputs((3, 8), dtype)
+        torch_infini.cpu_fallback.reset_stats()
+        # Silent: through torch.ops, PyTorch prints C++ warnings to stderr
+        # instead of raising Python warnings.
+        previous = torch_infini.cpu_fallback.mode()
+        torch_infini.cpu_fallback.set_mode("silent")
+        try:
+            got = fn(*(a.to(DEVICE) for a in args))
+        finally:
+            torch_infini.cpu_fallback.set_mode(previous)
+        assert_matches(got, fn(*args), exact=True)
+        assert op in torch_infini.cpu_fallback.stats()
+        with (
+            torch_infini.cpu_fallback.strict(),
+            raises_exactly(NotImplementedError, match="kernel provider"),
+        ):
+            fn(*(a.to(DEVICE) for a in args))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["silu_and_mul", "swiglu"]
+__all__ = ["causal_softmax", "silu_and_mul", "swiglu"]
 
 
 def silu_and_mul(input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (PyTorch's name)
@@ -32,3 +32,15 @@ def swiglu(input: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # noqa: A0
     ``input`` and ``gate`` have one shape and one dtype.
     """
     return torch.ops.infini.swiglu(input, gate)
+
+
+def causal_softmax(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
+    """Softmax over the last dimension under a causal mask.
+
+    ``input`` is ``[..., s, t]`` attention scores of ``s`` new queries
+    against ``t >= s`` keys (the first ``t - s`` from a KV cache): row ``i``
+    is normalized over columns ``j <= t - s + i``, and the others are 0.
+    The infini kernel takes 2-D and 3-D inputs (more dimensions run in the
+    CPU fallback).
+    """
+    return torch.ops.infini.causal_softmax(input)

@@ -137,6 +137,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "rms_norm": (torch.float32,),
     "infini::silu_and_mul": FLOAT_DTYPES,
     "infini::swiglu": FLOAT_DTYPES,
+    "infini::causal_softmax": FLOAT_DTYPES,
 }
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa
@@ -148,8 +149,11 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # instead. relu and same-dtype copies return an input value unchanged and keep
 # float16; casts to/from float16 are staged through the CPU (test_copy.py).
 _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
-    {"add", "mul", "silu", "infini::silu_and_mul", "infini::swiglu"}
+    {"add", "mul", "silu", "infini::silu_and_mul", "infini::swiglu", "infini::causal_softmax"}
 )
+# InfiniOps' causal_softmax computes in float whatever the dtype: no float64
+# is offered on any InfiniRT device type (it would lose its precision).
+_NO_FLOAT64_ON_INFINIOPS = frozenset({"infini::causal_softmax"})
 
 # c10's names for the dtypes, as the refusals spell them.
 _C10_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}
@@ -165,6 +169,8 @@ def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
     dtypes = KERNEL_DTYPES[op]
     if torch_infini.backend() == "cpu" and op in _NO_FLOAT16_ON_INFINIRT_CPU:
         dtypes = tuple(d for d in dtypes if d != torch.float16)
+    if torch_infini.backend() != "host" and op in _NO_FLOAT64_ON_INFINIOPS:
+        dtypes = tuple(d for d in dtypes if d != torch.float64)
     return dtypes
 
 

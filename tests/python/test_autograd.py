@@ -75,6 +75,9 @@ CASES: dict[str, GradCase] = {
     "to infini": GradCase("aten::_copy_from", lambda a: a.to("infini").cpu(), [(3, 4)]),
     "silu_and_mul": GradCase("infini::silu_and_mul", torch.ops.infini.silu_and_mul, [(3, 8)]),
     "swiglu": GradCase("infini::swiglu", torch.ops.infini.swiglu, [(3, 4), (3, 4)]),
+    "causal_softmax": GradCase(
+        "infini::causal_softmax", torch.ops.infini.causal_softmax, [(2, 3, 5)]
+    ),
 }
 
 # Cases whose backward needs an operator infini has no kernel for (the CPU

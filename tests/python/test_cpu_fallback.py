@@ -271,6 +271,7 @@ def test_declared_kernels_never_reach_the_fallback() -> None:
         "rms_norm": lambda dt: torch.nn.functional.rms_norm(_ones(dt, (2, 4)), [4]),
         "infini::silu_and_mul": lambda dt: torch.ops.infini.silu_and_mul(_ones(dt, (2, 4))),
         "infini::swiglu": lambda dt: torch.ops.infini.swiglu(_ones(dt), _ones(dt)),
+        "infini::causal_softmax": lambda dt: torch.ops.infini.causal_softmax(_ones(dt, (2, 3))),
     }
     with fallback.strict():
         for op, call in calls.items():

@@ -20,7 +20,7 @@ from infini_testing import raises_exactly
 from op_helpers import FLOAT_DTYPES, assert_matches, kernel_dtypes, make_cpu
 
 DEVICE = torch.device("infini", 0)
-OPS = ("infini::silu_and_mul", "infini::swiglu")
+OPS = ("infini::silu_and_mul", "infini::swiglu", "infini::causal_softmax")
 
 
 def _silu_and_mul_inputs(shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Tensor]:
@@ -34,8 +34,10 @@ def _swiglu_inputs(shape: tuple[int, ...], dtype: torch.dtype) -> list[torch.Ten
 CALLS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., list[torch.Tensor]]]] = {
     "infini::silu_and_mul": (torch_infini.ops.silu_and_mul, _silu_and_mul_inputs),
     "infini::swiglu": (torch_infini.ops.swiglu, _swiglu_inputs),
+    "infini::causal_softmax": (torch_infini.ops.causal_softmax, _silu_and_mul_inputs),
 }
-SHAPES = [(8,), (3, 8), (2, 3, 16), (2, 1, 3, 4), (0, 6)]
+# Shapes valid for every operator (causal_softmax: [..., s, t], s <= t).
+SHAPES = [(3, 8), (2, 3, 16), (4, 4), (2, 5, 6), (0, 6)]
 
 
 def _same_kernel() -> bool:
@@ -56,6 +58,32 @@ def test_matches_the_cpu_reference(op: str, dtype: torch.dtype, shape: tuple[int
     assert got.device == DEVICE
     assert_matches(got, expected, same_kernel=_same_kernel())
     assert torch_infini.cpu_fallback.stats() == {}  # served natively
+
+
+def test_causal_softmax_is_masked_softmax() -> None:
+    """Row i of [s, t] attends to the t - s cached keys and the first i + 1
+    new ones: PyTorch's softmax under that mask, exactly 0 elsewhere; 4-D
+    inputs (beyond the kernel) run in the CPU fallback with the same result."""
+    x = make_cpu((2, 3, 5), torch.float32, seed=6)
+    allowed = torch.ones(3, 5, dtype=torch.bool).tril(2)
+    expected = torch.softmax(x.masked_fill(~allowed, float("-inf")), -1)
+    assert torch.equal(torch_infini.ops.causal_softmax(x), expected)
+    got = torch_infini.ops.causal_softmax(x.to(DEVICE))
+    assert_matches(got, expected, same_kernel=_same_kernel())
+    assert torch.equal(got.cpu()[..., ~allowed], torch.zeros(2, int((~allowed).sum())))
+    x4 = make_cpu((2, 2, 3, 5), torch.float32, seed=7)
+    previous = torch_infini.cpu_fallback.mode()
+    torch_infini.cpu_fallback.set_mode("silent")
+    try:
+        torch_infini.cpu_fallback.reset_stats()
+        assert_matches(
+            torch_infini.ops.causal_softmax(x4.to(DEVICE)),
+            torch_infini.ops.causal_softmax(x4),
+            exact=True,
+        )
+        assert "infini::causal_softmax" in torch_infini.cpu_fallback.stats()
+    finally:
+        torch_infini.cpu_fallback.set_mode(previous)
 
 
 def test_the_reference_is_the_unfused_formula() -> None:
@@ -139,6 +167,13 @@ BAD: dict[str, Callable[[torch.device], object]] = {
     ),
     "swiglu dtypes": lambda d: torch_infini.ops.swiglu(
         torch.ones(3, 4, device=d), torch.ones(3, 4, dtype=torch.float64, device=d)
+    ),
+    "causal_softmax 1-D": lambda d: torch_infini.ops.causal_softmax(torch.ones(4, device=d)),
+    "causal_softmax more queries than keys": lambda d: torch_infini.ops.causal_softmax(
+        torch.ones(5, 4, device=d)
+    ),
+    "causal_softmax int": lambda d: torch_infini.ops.causal_softmax(
+        torch.ones(3, 4, dtype=torch.int32, device=d)
     ),
     "swiglu int": lambda d: torch_infini.ops.swiglu(
         torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, dtype=torch.int64, device=d)

@@ -12,6 +12,9 @@
 //       input [..., 2h] -> silu(input[..., :h]) * input[..., h:], [..., h]
 //   swiglu(Tensor input, Tensor gate) -> Tensor
 //       input * silu(gate), one shape
+//   causal_softmax(Tensor input) -> Tensor
+//       input [..., s, t], s <= t: softmax of row i over columns j <= t - s + i,
+//       0 elsewhere
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -45,6 +48,15 @@ void checkSwiglu(const at::Tensor& input, const at::Tensor& gate) {
               input.device(), " and ", gate.device(), "!");
 }
 
+void checkCausalSoftmax(const at::Tensor& x) {
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()),
+              "infini::causal_softmax: expected a floating-point input, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() >= 2 && x.size(-2) <= x.size(-1),
+              "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after "
+              "t - s cached keys), got shape ",
+              x.sizes());
+}
+
 namespace {
 
 c10::ScalarType wide(c10::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
@@ -59,6 +71,15 @@ at::Tensor siluAndMulReference(const at::Tensor& x) {
   return (at::silu(gate) * up).to(x.scalar_type());
 }
 
+at::Tensor causalSoftmaxReference(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  const int64_t s = x.size(-2);
+  const int64_t t = x.size(-1);
+  const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
+  const at::Tensor w = x.to(wide(x.scalar_type()));
+  return at::softmax(w.masked_fill(masked.logical_not(), -INFINITY), -1).to(x.scalar_type());
+}
+
 at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
   const c10::ScalarType w = wide(input.scalar_type());
@@ -70,6 +91,7 @@ namespace {
 // ---- CPU and Meta ------------------------------------------------------------
 
 at::Tensor silu_and_mul_cpu(const at::Tensor& x) { return siluAndMulReference(x); }
+at::Tensor causal_softmax_cpu(const at::Tensor& x) { return causalSoftmaxReference(x); }
 at::Tensor swiglu_cpu(const at::Tensor& input, const at::Tensor& gate) {
   return swigluReference(input, gate);
 }
@@ -84,6 +106,10 @@ at::Tensor silu_and_mul_meta(const at::Tensor& x) {
   checkSiluAndMul(x);
   return at::empty(halvedLast(x), x.options());
 }
+at::Tensor causal_softmax_meta(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  return at::empty(x.sizes(), x.options());
+}
 at::Tensor swiglu_meta(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
   return at::empty(input.sizes(), input.options());
@@ -97,6 +123,11 @@ struct silu_and_mul_op {
   static constexpr const char* name = "infini::silu_and_mul";
   static constexpr const char* overload_name = "";
 };
+struct causal_softmax_op {
+  using schema = at::Tensor(const at::Tensor&);
+  static constexpr const char* name = "infini::causal_softmax";
+  static constexpr const char* overload_name = "";
+};
 struct swiglu_op {
   using schema = at::Tensor(const at::Tensor&, const at::Tensor&);
   static constexpr const char* name = "infini::swiglu";
@@ -108,6 +139,17 @@ at::Tensor silu_and_mul_infini(const at::Tensor& x) {
   requireKernel("infini::silu_and_mul", Op::SiluAndMul, x.scalar_type());
   at::Tensor out = at::empty(halvedLast(x), x.options());
   if (out.numel() > 0) kernels().siluAndMul(toRef(out), toRef(x), streamOf(out));
+  return out;
+}
+
+at::Tensor causal_softmax_infini(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  requireKernel("infini::causal_softmax", Op::CausalSoftmax, x.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(x.dim() == 2 || x.dim() == 3,
+                              "infini::causal_softmax: the kernel takes 2-D and 3-D inputs, got ",
+                              x.dim(), "-D input of shape ", x.sizes());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() > 0) kernels().causalSoftmax(toRef(out), toRef(x), streamOf(out));
   return out;
 }
 
@@ -153,6 +195,27 @@ class SiluAndMulFunction : public torch::autograd::Function<SiluAndMulFunction> 
   }
 };
 
+class CausalSoftmaxFunction : public torch::autograd::Function<CausalSoftmaxFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("infini::causal_softmax", "")
+                               .typed<causal_softmax_op::schema>();
+    at::Tensor y = op.call(x);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  // softmax's: y * (grad - sum(grad * y)), in float; masked entries (y = 0)
+  // get none.
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor y = ctx->get_saved_variables()[0];
+    const c10::ScalarType w = wide(y.scalar_type());
+    return {at::_softmax_backward_data(grads[0].to(w), y.to(w), -1, w).to(y.scalar_type())};
+  }
+};
+
 class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
@@ -173,6 +236,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 };
 
 at::Tensor silu_and_mul_autograd(const at::Tensor& x) { return SiluAndMulFunction::apply(x); }
+at::Tensor causal_softmax_autograd(const at::Tensor& x) { return CausalSoftmaxFunction::apply(x); }
 at::Tensor swiglu_autograd(const at::Tensor& input, const at::Tensor& gate) {
   return SwigluFunction::apply(input, gate);
 }
@@ -182,24 +246,30 @@ at::Tensor swiglu_autograd(const at::Tensor& input, const at::Tensor& gate) {
 TORCH_LIBRARY(infini, m) {
   m.def("silu_and_mul(Tensor input) -> Tensor");
   m.def("swiglu(Tensor input, Tensor gate) -> Tensor");
+  m.def("causal_softmax(Tensor input) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(infini, CPU, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_cpu));
   m.impl("silu_and_mul", TORCH_FN(silu_and_mul_cpu));
   m.impl("swiglu", TORCH_FN(swiglu_cpu));
 }
 
 TORCH_LIBRARY_IMPL(infini, Meta, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_meta));
   m.impl("silu_and_mul", TORCH_FN(silu_and_mul_meta));
   m.impl("swiglu", TORCH_FN(swiglu_meta));
 }
 
 TORCH_LIBRARY_IMPL(infini, PrivateUse1, m) {
+  m.impl("causal_softmax",
+         TORCH_FN((OrCpuFallback<causal_softmax_op, &causal_softmax_infini>::call)));
   m.impl("silu_and_mul", TORCH_FN((OrCpuFallback<silu_and_mul_op, &silu_and_mul_infini>::call)));
   m.impl("swiglu", TORCH_FN((OrCpuFallback<swiglu_op, &swiglu_infini>::call)));
 }
 
 TORCH_LIBRARY_IMPL(infini, Autograd, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_autograd));
   m.impl("silu_and_mul", TORCH_FN(silu_and_mul_autograd));
   m.impl("swiglu", TORCH_FN(swiglu_autograd));
 }

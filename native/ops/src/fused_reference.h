@@ -12,7 +12,13 @@ at::Tensor siluAndMulReference(const at::Tensor& x);
 // input * silu(gate), input and gate of one shape.
 at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate);
 
+// softmax over the last dimension of x [..., s, t] (s <= t), row i over
+// columns j <= t - s + i only (the others 0): a causal attention mask for s
+// new queries after t - s cached keys.
+at::Tensor causalSoftmaxReference(const at::Tensor& x);
+
 void checkSiluAndMul(const at::Tensor& x);
+void checkCausalSoftmax(const at::Tensor& x);
 void checkSwiglu(const at::Tensor& input, const at::Tensor& gate);
 
 }  // namespace torch_infini::ops

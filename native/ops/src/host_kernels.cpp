@@ -123,6 +123,7 @@ class HostKernels final : public KernelProvider {
         return dtype == ScalarType::Float;
       case Op::SiluAndMul:
       case Op::Swiglu:
+      case Op::CausalSoftmax:
         return floating;  // InfiniOps' CPU build: its AllFloatTypes
       case Op::Random:
         // What fillRandom writes; the bridge narrows per operator.
@@ -286,6 +287,17 @@ class HostKernels final : public KernelProvider {
           o.copy_(swigluReference(in1(i_ref), in2(g_ref)));
         },
         out, input, gate);
+  }
+
+  void causalSoftmax(const TensorRef& out, const TensorRef& x,
+                     runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          at::Tensor o = out0(o_ref);
+          o.copy_(causalSoftmaxReference(in1(x_ref)));
+        },
+        out, x);
   }
 
   void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {

@@ -90,6 +90,7 @@ bool implemented(Op op, DeviceType type) {
       return type == DeviceType::kCpu || type == DeviceType::kAscend;
     case Op::SiluAndMul:
     case Op::Swiglu:
+    case Op::CausalSoftmax:
       return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
              type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
              type == DeviceType::kMoore;
@@ -123,6 +124,8 @@ bool linked(Op op) {
       return TORCH_INFINI_OPS_HAS_SILU_AND_MUL;
     case Op::Swiglu:
       return TORCH_INFINI_OPS_HAS_SWIGLU;
+    case Op::CausalSoftmax:
+      return TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX;
     case Op::Fill:
     case Op::Random:
     case Op::kCount:
@@ -169,6 +172,9 @@ class InfiniOpsKernels final : public KernelProvider {
       case Op::SiluAndMul:
       case Op::Swiglu:
         return isFloating(dtype);
+      case Op::CausalSoftmax:
+        // Computed in float for every dtype: float64 would lose its precision.
+        return isFloating(dtype) && dtype != c10::ScalarType::Double;
       case Op::Gemm:
       case Op::RmsNorm:
         return dtype == c10::ScalarType::Float;
@@ -306,6 +312,16 @@ class InfiniOpsKernels final : public KernelProvider {
 #pragma GCC diagnostic pop
 #else
     unavailable("swiglu");
+#endif
+  }
+
+  void causalSoftmax(const TensorRef& out, const TensorRef& x,
+                     runtime::StreamHandle stream) override {
+    countForeignKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX
+    infini::ops::CausalSoftmax::Call(handle(out, stream), config_, view(x), view(out));
+#else
+    unavailable("causal_softmax");
 #endif
   }
 

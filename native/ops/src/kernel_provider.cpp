@@ -40,6 +40,8 @@ const char* opName(Op op) {
       return "silu_and_mul";
     case Op::Swiglu:
       return "swiglu";
+    case Op::CausalSoftmax:
+      return "causal_softmax";
     case Op::kCount:
       break;
   }

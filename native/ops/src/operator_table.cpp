@@ -97,6 +97,7 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       // InfiniOps' fused LLM kernels as torch.ops.infini (fused.cpp).
       {"infini::silu_and_mul", "fused", Op::SiluAndMul},
       {"infini::swiglu", "fused", Op::Swiglu},
+      {"infini::causal_softmax", "fused", Op::CausalSoftmax},
   };
   return table;
 }

@@ -38,18 +38,19 @@ struct TensorRef {
 // Operators of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class Op : uint8_t {
-  Copy,        // same-dtype strided copy, dst and src of equal shape
-  Cast,        // strided copy converting between dtypes (both must be supported)
-  Fill,        // dst[...] = value
-  Add,         // out = a + alpha * b
-  Mul,         // out = a * b; also out = x * scalar (mulScalar)
-  Gemm,        // out = alpha * a @ b, 2-D or batched 3-D
-  Relu,        // out = max(x, 0)
-  Silu,        // out = x * sigmoid(x)
-  RmsNorm,     // out = x / sqrt(mean(x^2, -1) + eps) * weight
-  Random,      // out = a draw from the device generator's Philox stream (random_fill.h)
-  SiluAndMul,  // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
-  Swiglu,      // out = input * silu(gate) (torch.ops.infini.swiglu)
+  Copy,           // same-dtype strided copy, dst and src of equal shape
+  Cast,           // strided copy converting between dtypes (both must be supported)
+  Fill,           // dst[...] = value
+  Add,            // out = a + alpha * b
+  Mul,            // out = a * b; also out = x * scalar (mulScalar)
+  Gemm,           // out = alpha * a @ b, 2-D or batched 3-D
+  Relu,           // out = max(x, 0)
+  Silu,           // out = x * sigmoid(x)
+  RmsNorm,        // out = x / sqrt(mean(x^2, -1) + eps) * weight
+  Random,         // out = a draw from the device generator's Philox stream (random_fill.h)
+  SiluAndMul,     // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
+  Swiglu,         // out = input * silu(gate) (torch.ops.infini.swiglu)
+  CausalSoftmax,  // out = softmax over the causal prefix of each row (torch.ops.infini)
   kCount
 };
 
@@ -109,6 +110,9 @@ class KernelProvider {
                           runtime::StreamHandle stream) = 0;
   virtual void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
                       runtime::StreamHandle stream) = 0;
+  // x and out [s, t] or [b, s, t], s <= t: row i keeps columns j <= t - s + i.
+  virtual void causalSoftmax(const TensorRef& out, const TensorRef& x,
+                             runtime::StreamHandle stream) = 0;
 };
 
 // Launches of arithmetic kernels (not copies or fills) whose results need not

@@ -2,7 +2,8 @@
 
 A compact Llama-style decoder in plain torch.nn: RMSNorm, rotary position
 embeddings, grouped-query causal attention with a KV cache, a SwiGLU MLP
-(its activation is torch.ops.infini.swiglu, a fused InfiniOps kernel).
+(its activation is torch.ops.infini.swiglu) and the attention's masked
+softmax as torch.ops.infini.causal_softmax: fused InfiniOps kernels.
 The same model (same initial weights, same batches) trains on the CPU and on
 ``infini:0`` for a few hundred AdamW steps on a synthetic task (reverse a
 sequence), then generates greedily with its KV cache. The two runs must
@@ -90,11 +91,17 @@ class Attention(nn.Module):
                 k = torch.cat((cache[0], k), dim=2)
                 v = torch.cat((cache[1], v), dim=2)
             cache[:] = [k, v]
+        # Grouped-query attention: each key/value head serves `group` query
+        # heads, so queries are grouped [b, kv_heads, group * t, d].
         group = cfg.heads // cfg.kv_heads
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        # Causal within the new tokens; a single decoded token sees the whole cache.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+        q = q.reshape(b, cfg.kv_heads, group * t, cfg.head_dim)
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(cfg.head_dim))
+        # The new tokens see the cache and, causally, each other: a fused
+        # kernel over [b * kv_heads * group, t, cache + t].
+        total = k.shape[2]
+        probs = torch_infini.ops.causal_softmax(scores.reshape(-1, t, total))
+        y = probs.reshape(b, cfg.kv_heads, group * t, total) @ v
+        y = y.reshape(b, cfg.heads, t, cfg.head_dim)
         return self.out(y.transpose(1, 2).reshape(b, t, cfg.dim))
 
 

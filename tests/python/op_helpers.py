@@ -128,6 +128,7 @@ INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 # backend it runs on, except as ``kernel_dtypes`` says.
 KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "add": FLOAT_DTYPES + INT_DTYPES,
+    "sub": FLOAT_DTYPES + INT_DTYPES,
     "mul": FLOAT_DTYPES + INT_DTYPES,
     "relu": FLOAT_DTYPES + INT_DTYPES,
     "silu": FLOAT_DTYPES,
@@ -149,7 +150,15 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # instead. relu and same-dtype copies return an input value unchanged and keep
 # float16; casts to/from float16 are staged through the CPU (test_copy.py).
 _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
-    {"add", "mul", "silu", "infini::silu_and_mul", "infini::swiglu", "infini::causal_softmax"}
+    {
+        "add",
+        "sub",
+        "mul",
+        "silu",
+        "infini::silu_and_mul",
+        "infini::swiglu",
+        "infini::causal_softmax",
+    }
 )
 # InfiniOps' causal_softmax computes in float whatever the dtype: no float64
 # is offered on any InfiniRT device type (it would lose its precision).

@@ -40,6 +40,8 @@ class GradCase:
 CASES: dict[str, GradCase] = {
     "add": GradCase("aten::add.Tensor", lambda a, b: torch.add(a, b, alpha=2.5), [(3, 4), (3, 4)]),
     "add_": GradCase("aten::add_.Tensor", lambda a, b: a.clone().add_(b, alpha=-2), [(3, 4)] * 2),
+    "sub": GradCase("aten::sub.Tensor", lambda a, b: torch.sub(a, b, alpha=1.5), [(3, 4), (3, 4)]),
+    "sub_": GradCase("aten::sub_.Tensor", lambda a, b: a.clone().sub_(b, alpha=2), [(3, 4)] * 2),
     "mul": GradCase("aten::mul.Tensor", lambda a, b: a * b, [(3, 4), (3, 4)]),
     "mul_": GradCase("aten::mul_.Tensor", lambda a, b: a.clone().mul_(b), [(3, 4), (3, 4)]),
     "relu": GradCase("aten::relu", torch.relu, [(3, 4)]),
@@ -105,6 +107,7 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::_local_scalar_dense": "returns a Python number (item())",
     "aten::_copy_from_and_resize": "the out= resize path of copies; see 'to infini' for _copy_from",
     "aten::add.out": "out= variants do not support autograd (tested below, as on the CPU)",
+    "aten::sub.out": "out= variant",
     "aten::mul.out": "out= variant",
     "aten::relu.out": "out= variant",
     "aten::silu.out": "out= variant",

@@ -262,6 +262,7 @@ def test_declared_kernels_never_reach_the_fallback() -> None:
     """What operators() lists is served natively for its declared dtypes."""
     calls: dict[str, Callable[[torch.dtype], object]] = {
         "add": lambda dt: torch.add(_ones(dt), _ones(dt), alpha=2),
+        "sub": lambda dt: torch.sub(_ones(dt), _ones(dt), alpha=2),
         "mul": lambda dt: torch.mul(_ones(dt), _ones(dt)),
         "relu": lambda dt: torch.relu(_ones(dt)),
         "silu": lambda dt: torch.nn.functional.silu(_ones(dt)),

@@ -192,13 +192,13 @@ class TanhMLP(MLP):
         self.act = nn.Tanh()
 
 
-class SubResidual(nn.Module):
+class MaxResidual(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x - self.lin(x)
+        return torch.maximum(x, self.lin(x))
 
 
 class GeluMLP(MLP):
@@ -209,7 +209,7 @@ class GeluMLP(MLP):
 
 UNSUPPORTED_MODELS: dict[str, tuple[type[nn.Module], str]] = {
     "tanh": (TanhMLP, "tanh"),
-    "sub": (SubResidual, "sub"),
+    "maximum": (MaxResidual, "maximum"),
     "gelu": (GeluMLP, "gelu"),
 }
 
@@ -237,7 +237,7 @@ def test_unsupported_operator_in_a_model_falls_back_to_the_cpu(name: str) -> Non
 
 
 COMPOSED: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
-    "sub": (lambda x: torch.sub(x, x), "aten::sub"),
+    "maximum": (lambda x: torch.maximum(x, x), "aten::maximum"),
     "tanh": (torch.tanh, "aten::tanh"),
 }
 

@@ -1,4 +1,4 @@
-// Elementwise operators: add, mul (Tensor, in-place, out=), relu, silu
+// Elementwise operators: add, sub, mul (Tensor, in-place, out=), relu, silu
 // (out-of-place, in-place, out=), fill_ and zero_.
 //
 // Output geometry, broadcasting, memory overlap and out= resizing follow
@@ -8,6 +8,7 @@
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -213,6 +214,28 @@ at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::S
   return binaryInto("add.out", Op::Add, out, self, other, alpha);
 }
 
+// sub is add with -alpha, as in ATen itself (its sub kernel is the add
+// kernel with alpha negated): the same bits. Bool operands are refused in
+// PyTorch's words.
+at::Tensor sub_Tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  at::native::sub_check(self, other);
+  checkAlpha(self, other, alpha);
+  return binary("sub", Op::Add, self, other, -alpha);
+}
+
+at::Tensor& sub__Tensor(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  at::native::sub_check(self, other);
+  checkAlpha(self, other, alpha);
+  return binaryInto("sub_", Op::Add, self, self, other, -alpha);
+}
+
+at::Tensor& sub_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out) {
+  at::native::sub_check(self, other);
+  checkAlpha(self, other, alpha);
+  return binaryInto("sub.out", Op::Add, out, self, other, -alpha);
+}
+
 at::Tensor mul_Tensor(const at::Tensor& self, const at::Tensor& other) {
   return binary("mul", Op::Mul, self, other, 1);
 }
@@ -347,6 +370,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "add.Tensor", add_Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "add_.Tensor", add__Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "add.out", add_out);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "sub.Tensor", sub_Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "sub_.Tensor", sub__Tensor);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "sub.out", sub_out);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.Tensor", mul_Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul_.Tensor", mul__Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.out", mul_out);

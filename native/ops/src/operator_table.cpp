@@ -50,6 +50,9 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::add.Tensor", "elementwise", Op::Add},
       {"aten::add_.Tensor", "elementwise", Op::Add},
       {"aten::add.out", "elementwise", Op::Add},
+      {"aten::sub.Tensor", "elementwise", Op::Add},  // add with -alpha, as ATen's own
+      {"aten::sub_.Tensor", "elementwise", Op::Add},
+      {"aten::sub.out", "elementwise", Op::Add},
       {"aten::mul.Tensor", "elementwise", Op::Mul},
       {"aten::mul_.Tensor", "elementwise", Op::Mul},
       {"aten::mul.out", "elementwise", Op::Mul},

@@ -43,9 +43,7 @@ void checkSwiglu(const at::Tensor& input, const at::Tensor& gate) {
   TORCH_CHECK(input.sizes() == gate.sizes(),
               "infini::swiglu: input and gate must have one shape, got ", input.sizes(), " and ",
               gate.sizes());
-  TORCH_CHECK(input.device() == gate.device(),
-              "Expected all tensors to be on the same device, but found at least two devices, ",
-              input.device(), " and ", gate.device(), "!");
+  checkSameDevice(input, gate);
 }
 
 void checkCausalSoftmax(const at::Tensor& x) {

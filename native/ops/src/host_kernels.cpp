@@ -12,6 +12,7 @@
 
 #include "dims.h"
 #include "fused_reference.h"
+#include "random_dtypes.h"
 #include "random_fill.h"
 
 namespace torch_infini::ops {
@@ -126,10 +127,8 @@ class HostKernels final : public KernelProvider {
       case Op::CausalSoftmax:
         return floating;  // InfiniOps' CPU build: its AllFloatTypes
       case Op::Random:
-        // What fillRandom writes; the bridge narrows per operator.
-        return floating || signed_or_byte || dtype == ScalarType::Bool ||
-               dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 ||
-               dtype == ScalarType::UInt64;
+        // Every dtype a draw writes; the bridge narrows per operator.
+        return realBoolOrUnsignedDtype(dtype);
       case Op::kCount:
         break;
     }

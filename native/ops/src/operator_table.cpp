@@ -1,26 +1,8 @@
 #include "torch_infini/ops/operator_table.h"
 
+#include "random_dtypes.h"
+
 namespace torch_infini::ops {
-namespace {
-
-// The dtype sets of the CPU's random kernels (random.cpp checks the same).
-bool floating(c10::ScalarType t) {
-  return t == c10::kFloat || t == c10::kDouble || t == c10::kHalf || t == c10::kBFloat16;
-}
-bool floatingOrComplex(c10::ScalarType t) {
-  return floating(t) || t == c10::kComplexFloat || t == c10::kComplexDouble;
-}
-bool realNotBool(c10::ScalarType t) {
-  return floating(t) || t == c10::kByte || t == c10::kChar || t == c10::kShort || t == c10::kInt ||
-         t == c10::kLong;
-}
-bool realOrBool(c10::ScalarType t) { return realNotBool(t) || t == c10::kBool; }
-bool realOrBoolOrUnsigned(c10::ScalarType t) {
-  return realOrBool(t) || t == c10::kUInt16 || t == c10::kUInt32 || t == c10::kUInt64;
-}
-
-}  // namespace
-
 const std::vector<OperatorEntry>& bridgeOperators() {
   static const std::vector<OperatorEntry> table{
       // Tensor creation, views and storage (tensor_factories.cpp).
@@ -74,28 +56,28 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       // Random numbers (random.cpp) from the device generator: the seam's
       // Random kernel where the provider has a generator, else generated on
       // the host; every dtype the CPU's kernel takes.
-      {"aten::uniform_", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal_", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.Tensor_float", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.Tensor_float_out", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.float_Tensor", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.float_Tensor_out", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.Tensor_Tensor", "random", std::nullopt, floatingOrComplex},
-      {"aten::normal.Tensor_Tensor_out", "random", std::nullopt, floatingOrComplex},
-      {"aten::log_normal_", "random", std::nullopt, floating},
-      {"aten::exponential_", "random", std::nullopt, floating},
-      {"aten::geometric_", "random", std::nullopt, realNotBool},
-      {"aten::cauchy_", "random", std::nullopt, floating},
-      {"aten::random_", "random", std::nullopt, realOrBool},
-      {"aten::random_.from", "random", std::nullopt, realOrBoolOrUnsigned},
-      {"aten::random_.to", "random", std::nullopt, realOrBoolOrUnsigned},
-      {"aten::bernoulli_.Tensor", "random", std::nullopt, realOrBool},
-      {"aten::bernoulli_.float", "random", std::nullopt, realOrBool},
-      {"aten::bernoulli.out", "random", std::nullopt, realOrBool},
-      {"aten::randperm.generator_out", "random", std::nullopt, realNotBool},
-      {"aten::multinomial", "random", std::nullopt, floating},  // the probabilities
-      {"aten::multinomial.out", "random", std::nullopt, floating},
-      {"aten::native_dropout", "random", std::nullopt, floatingOrComplex},
+      {"aten::uniform_", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal_", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.Tensor_float", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.Tensor_float_out", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.float_Tensor", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.float_Tensor_out", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.Tensor_Tensor", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::normal.Tensor_Tensor_out", "random", std::nullopt, floatingOrComplexDtype},
+      {"aten::log_normal_", "random", std::nullopt, floatingDtype},
+      {"aten::exponential_", "random", std::nullopt, floatingDtype},
+      {"aten::geometric_", "random", std::nullopt, realDtype},
+      {"aten::cauchy_", "random", std::nullopt, floatingDtype},
+      {"aten::random_", "random", std::nullopt, realOrBoolDtype},
+      {"aten::random_.from", "random", std::nullopt, realBoolOrUnsignedDtype},
+      {"aten::random_.to", "random", std::nullopt, realBoolOrUnsignedDtype},
+      {"aten::bernoulli_.Tensor", "random", std::nullopt, realOrBoolDtype},
+      {"aten::bernoulli_.float", "random", std::nullopt, realOrBoolDtype},
+      {"aten::bernoulli.out", "random", std::nullopt, realOrBoolDtype},
+      {"aten::randperm.generator_out", "random", std::nullopt, realDtype},
+      {"aten::multinomial", "random", std::nullopt, floatingDtype},  // the probabilities
+      {"aten::multinomial.out", "random", std::nullopt, floatingDtype},
+      {"aten::native_dropout", "random", std::nullopt, floatingOrComplexDtype},
       {"aten::native_dropout_backward", "elementwise", std::nullopt},  // draws nothing
       // InfiniOps' fused LLM kernels as torch.ops.infini (fused.cpp).
       {"infini::silu_and_mul", "fused", Op::SiluAndMul},

@@ -24,6 +24,7 @@
 
 #include "bridge.h"
 #include "philox.h"
+#include "random_dtypes.h"
 #include "random_fill.h"
 #include "torch_infini/runtime/generator.h"
 
@@ -77,15 +78,6 @@ void draw(const at::Tensor& self, RandomDraw draw, const Gen& gen) {
 
 at::Tensor asTensor(const at::TensorBase& base) { return at::Tensor(base); }
 
-bool isFloatingKind(c10::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-// The dtypes of the CPU's AT_DISPATCH_ALL_TYPES_AND3(Half, BFloat16, Bool).
-bool isAllOrBool(c10::ScalarType t) {
-  return isFloatingKind(t) || t == at::kBool || t == at::kByte || t == at::kChar ||
-         t == at::kShort || t == at::kInt || t == at::kLong;
-}
-
 // The dispatch macros' NotImplementedError, for a dtype the CPU's kernel of
 // the operator does not take either.
 void requireDtype(bool supported, const char* name, c10::ScalarType dtype) {
@@ -93,13 +85,10 @@ void requireDtype(bool supported, const char* name, c10::ScalarType dtype) {
                               c10::toString(dtype), "' on infini");
 }
 void requireFloating(c10::ScalarType dtype, const char* name) {
-  requireDtype(isFloatingKind(dtype), name, dtype);
+  requireDtype(floatingDtype(dtype), name, dtype);
 }
 void requireAllAndBool(c10::ScalarType dtype, const char* name) {
-  requireDtype(isAllOrBool(dtype), name, dtype);
-}
-bool isUnsigned(c10::ScalarType t) {
-  return t == at::kUInt16 || t == at::kUInt32 || t == at::kUInt64;
+  requireDtype(realOrBoolDtype(dtype), name, dtype);
 }
 
 // ---- Kernels for ATen's distribution templates ----------------------------
@@ -144,8 +133,7 @@ struct ExponentialKernel {
 template <typename RNG>
 struct GeometricKernel {
   void operator()(at::TensorIteratorBase& iter, double p, Gen gen) {
-    requireDtype(isAllOrBool(iter.dtype()) && iter.dtype() != at::kBool, "geometric_",
-                 iter.dtype());
+    requireDtype(realDtype(iter.dtype()), "geometric_", iter.dtype());
     draw(asTensor(iter.tensor_base(0)), {.kind = Distribution::Geometric, .a = p}, gen);
   }
 };
@@ -209,13 +197,13 @@ template <typename RNG>
 struct RandomFromToKernel {
   void operator()(at::TensorIteratorBase& iter, uint64_t range, int64_t base, Gen gen) {
     // Ranges the dtype's bounds allow were checked: unsigned types too.
-    requireDtype(isAllOrBool(iter.dtype()) || isUnsigned(iter.dtype()), "random_", iter.dtype());
+    requireDtype(realBoolOrUnsignedDtype(iter.dtype()), "random_", iter.dtype());
     draw(asTensor(iter.tensor_base(0)),
          {.kind = Distribution::Integers, .base = base, .range = range}, gen);
   }
   // [int64 min, int64 max]: the full 64-bit range.
   void operator()(at::TensorIteratorBase& iter, Gen gen) {
-    requireDtype(isAllOrBool(iter.dtype()) || isUnsigned(iter.dtype()), "random_", iter.dtype());
+    requireDtype(realBoolOrUnsignedDtype(iter.dtype()), "random_", iter.dtype());
     draw(asTensor(iter.tensor_base(0)),
          {.kind = Distribution::Integers, .base = std::numeric_limits<int64_t>::min(), .range = 0},
          gen);
@@ -343,8 +331,7 @@ at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, G
 at::Tensor& randperm_out(int64_t n, Gen gen, at::Tensor& result) {
   TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
   at::native::check_supported_max_int_with_precision(n, result);
-  requireDtype(isAllOrBool(result.scalar_type()) && result.scalar_type() != at::kBool, "randperm",
-               result.scalar_type());
+  requireDtype(realDtype(result.scalar_type()), "randperm", result.scalar_type());
   result.resize_({n});
   if (n == 0) return result;
   RandomDraw d{.kind = Distribution::Integers, .range = static_cast<uint64_t>(n)};

@@ -14,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "philox.h"
 #include "random_kernels.h"
 
 namespace torch_infini::ops {

@@ -430,13 +430,9 @@ def llama_cases(scale: float) -> list[Case]:
         model.eval()
         return model(x)
 
-    def step(model: Any, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> Any:
-        model.train()
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()  # the step ends when its loss is known, on both sides
+    def step(model: Any, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
+        model.train()  # the forward case leaves it in eval mode
+        return llama.train_step(model, opt, x, y)
 
     def forward_agrees() -> bool:
         return close(forward(model_dev, inputs_dev), forward(model_cpu, inputs))

@@ -171,6 +171,19 @@ def batch(size: int, length: int, generator: torch.Generator) -> tuple[torch.Ten
     return inputs, targets
 
 
+def train_step(
+    model: Llama, opt: torch.optim.Optimizer, inputs: torch.Tensor, targets: torch.Tensor
+) -> float:
+    """One AdamW step on a batch; its loss (reading it synchronizes: the
+    step's time is all in)."""
+    logits = model(inputs)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def train(
     model: Llama, device: torch.device, steps: int, length: int, seed: int
 ) -> tuple[list[float], float]:
@@ -181,12 +194,7 @@ def train(
     start = time.perf_counter()
     for _ in range(steps):
         inputs, targets = batch(32, length, generator)
-        logits = model(inputs.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())  # synchronizes: the step's time is all in
+        losses.append(train_step(model, opt, inputs.to(device), targets.to(device)))
     return losses, time.perf_counter() - start
 
 

@@ -113,7 +113,7 @@ def serving_status() -> dict[str, str]:
             has(full, key) for key in ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
         ):
             status[full] = "composite"
-        elif _is_random(name, overload):
+        elif draws_random(full):
             status[full] = "refused: random"
         elif any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
             status[full] = "refused: view"
@@ -124,8 +124,11 @@ def serving_status() -> dict[str, str]:
     return dict(sorted(status.items()))
 
 
-def _is_random(name: str, overload: str) -> bool:
-    packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
+def draws_random(full: str) -> bool:
+    """Whether ``aten::bernoulli_.float`` (any namespace) is tagged as drawing random numbers."""
+    namespace, _, rest = full.partition("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
     op = getattr(packet, overload or "default", None) if packet is not None else None
     return op is not None and torch.Tag.nondeterministic_seeded in op.tags
 

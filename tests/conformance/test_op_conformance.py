@@ -35,6 +35,7 @@ from op_coverage import (
     OpCase,
     adapt_sample,
     conformance_cases,
+    draws_random,
     load_op_db,
     operator_coverage,
     opinfo_id,
@@ -75,25 +76,18 @@ UNINITIALIZED_RESULTS = {"empty", "empty_strided", "empty_like", "new_empty", "n
 _HARNESS_ERRORS = (AttributeError, ImportError, NameError)
 
 
-def _draws_random(operator: str) -> bool:
-    """Random operators: infini's generator is not the CPU's, so their values
-    differ by design. tests/python/test_random_ops.py checks them (statistics,
-    reproducibility, errors against the CPU's); op_db's samples of them run
-    here through the operators they compose (geometry compared), and in the
-    op_db sweep."""
-    namespace, _, rest = operator.partition("::")
-    name, _, overload = rest.partition(".")
-    packet = getattr(getattr(torch.ops, namespace), name)
-    return torch.Tag.nondeterministic_seeded in getattr(packet, overload or "default").tags
-
-
 _OP_DB = load_op_db()
 _COVERAGE = operator_coverage(_OP_DB)
-# op_db files a random operator's OpInfo under its root name, whose samples
-# reach one overload or another: per-overload cases would not hold.
-_CASES = [c for c in conformance_cases(_COVERAGE, _OP_DB) if not _draws_random(c.operator)]
-_UNDECLARED = [c for c in undeclared_cases(_COVERAGE, _OP_DB) if not _draws_random(c.operator)]
-_RANDOM_OPERATORS = sorted(op.name for op in _COVERAGE if _draws_random(op.name))
+# Random operators (op_coverage.draws_random): infini's generator is not the
+# CPU's, so their values differ by design. tests/python/test_random_ops.py
+# checks them (statistics, reproducibility, errors against the CPU's); op_db's
+# samples of them run here through the operators they compose (geometry
+# compared), and in the op_db sweep. op_db files a random operator's OpInfo
+# under its root name, whose samples reach one overload or another:
+# per-overload cases would not hold.
+_CASES = [c for c in conformance_cases(_COVERAGE, _OP_DB) if not draws_random(c.operator)]
+_UNDECLARED = [c for c in undeclared_cases(_COVERAGE, _OP_DB) if not draws_random(c.operator)]
+_RANDOM_OPERATORS = sorted(op.name for op in _COVERAGE if draws_random(op.name))
 _BACKEND = torch_infini.backend()
 
 
@@ -207,7 +201,7 @@ def _compare(case: OpCase, got: Any, expected: Any, what: _Where) -> None:
     devices = _devices_of(got)
     if _devices_of(expected):
         assert devices == {"infini"}, f"{what}: result on {devices}, expected infini"
-    if _draws_random(case.operator):
+    if draws_random(case.operator):
         _compare_geometry(got, expected, what)
         return
     got_cpu = _to_cpu(got)

@@ -37,7 +37,7 @@ endif()
 
 # Defines for the InfiniOps operators the installed library instantiates.
 function(torch_infini_ops_definitions target)
-  foreach(_op Add Mul Gemm Relu Silu RmsNorm Cast SiluAndMul Swiglu CausalSoftmax)
+  foreach(_op Add Mul Gemm Relu Silu RmsNorm Cast SiluAndMul Swiglu CausalSoftmax Cat)
     string(REGEX REPLACE "([a-z])([A-Z])" "\\1_\\2" _macro "${_op}")
     string(TOUPPER "${_macro}" _macro)
     if(_op IN_LIST InfiniOps_OPERATORS)

@@ -103,6 +103,7 @@ def build() -> dict[str, Any]:
 
     registered = [o for o in operators if o["registered"]]
     others = other_namespaces()
+    by_backend = _by_backend(operators)
     counts = {
         "operators": len(registered),
         "families": len({o["family"] for o in registered}),
@@ -137,12 +138,70 @@ def build() -> dict[str, Any]:
         "not_registered": [o["name"] for o in operators if not o["registered"]],
         "other_namespaces": others,
         "operators": operators,
+        "by_backend": by_backend,
         "serving": {
             "meanings": SERVING,
             "counts": {key: len(names) for key, names in by_status.items()},
             "operators": serving,
         },
     }
+
+
+# c10's dtype names as the report spells them, in the order it lists them.
+_DTYPE_NAMES = {
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Float": "float32",
+    "Double": "float64",
+    "Char": "int8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "Byte": "uint8",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+}
+
+
+def _by_backend(operators: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per seam operator and backend: the dtypes served natively and those
+    refused (with the reason), from InfiniOps' declarations
+    (native/ops/src/declared_support.cpp); every other dtype and every
+    backend without the operator runs in the CPU fallback."""
+    import torch_infini
+
+    # Copies and casts serve every dtype (staged through the host where the
+    # provider lacks one): not part of this table.
+    rows = [r for r in map(tuple, torch_infini._C._declarations()) if r[0] not in ("copy", "cast")]
+    rows.sort(key=lambda r: list(_DTYPE_NAMES).index(r[3]))
+    backends = ["host", *torch_infini._C._infinirt_device_types()]
+    result: dict[str, Any] = {}
+    for op, infiniops, device_type, dtype, infinirt_refusal, host_refusal in rows:
+        entry = result.setdefault(
+            op,
+            {
+                "infiniops": infiniops,
+                "aten": sorted(o["name"] for o in operators if o["kernel"] == op),
+                "backends": {b: {"native": [], "refused": {}} for b in backends},
+            },
+        )
+        columns = [(device_type, infinirt_refusal)]
+        if device_type == "cpu":
+            columns.append(("host", host_refusal))
+        for backend, refusal in columns:
+            cell_data = entry["backends"][backend]
+            if refusal is None:
+                cell_data["native"].append(_DTYPE_NAMES[dtype])
+            else:
+                cell_data["refused"][_DTYPE_NAMES[dtype]] = refusal
+    return {"backends": backends, "operators": result}
+
+
+def _backend_cell(data: dict[str, Any]) -> str:
+    native = ", ".join(data["native"]) or "–"
+    refused = ", ".join(f"~~{d}~~" for d in data["refused"])
+    return f"{native}; refused: {refused}" if refused else native
 
 
 def _dtypes(dtypes: list[str]) -> str:
@@ -214,6 +273,31 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines.extend([f"## in the operator table, not registered ({len(missing)})", ""])
     lines.extend(table(["operator"], [[code(n)] for n in missing]))
     lines.append("")
+    by_backend = data["by_backend"]
+    lines.extend(
+        [
+            "## native, fallback, refused: per operator and backend",
+            "",
+            "From InfiniOps' declarations (`native/ops/src/declared_support.cpp`): the dtypes "
+            "each backend serves natively, and those InfiniOps declares but torch-infini "
+            "refuses (struck through; the reasons are in the JSON report). Every other dtype, "
+            "and every backend shown as –, runs in the CPU fallback under its policy. `host` "
+            "is InfiniOps' `cpu` column run by the CPU's own kernels.",
+            "",
+            *table(
+                ["seam operator", "aten", *by_backend["backends"]],
+                [
+                    [
+                        f"{code(op)} ({info['infiniops']})",
+                        cell([f"`{n.removeprefix('aten::')}`" for n in info["aten"]]),
+                        *(_backend_cell(info["backends"][b]) for b in by_backend["backends"]),
+                    ]
+                    for op, info in by_backend["operators"].items()
+                ],
+            ),
+            "",
+        ]
+    )
     serving = data["serving"]
     lines.extend(
         [

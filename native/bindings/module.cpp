@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "torch_infini/ops/cpu_fallback.h"
+#include "torch_infini/ops/declared_support.h"
 #include "torch_infini/ops/kernel_provider.h"
 #include "torch_infini/ops/operator_table.h"
 #include "torch_infini/runtime/allocator.h"
@@ -123,6 +124,40 @@ NB_MODULE(_C, m) {
       rows.append(nb::make_tuple(entry.name, entry.family, op, dtypes));
     }
     return rows;
+  });
+
+  // What InfiniOps declares, per (seam operator, device type, dtype), and
+  // what torch-infini refuses of it: [(op, InfiniOps operator, device type,
+  // dtype, refusal through InfiniRT's conversions or None, refusal on host
+  // or None)]. Independent of the selected backend.
+  m.def("_declarations", [] {
+    namespace ops = torch_infini::ops;
+    nb::list rows;
+    for (const ops::Declaration& d : ops::infiniOpsDeclarations()) {
+      for (std::string_view device_type : ops::kDeviceTypeNames) {
+        for (int i = 0; i < 64; ++i) {
+          if ((d.dtypes >> i & 1u) == 0) continue;
+          const auto dtype = static_cast<c10::ScalarType>(i);
+          if (!ops::declared(d.op, device_type, dtype)) continue;
+          auto why = [](const char* reason) {
+            return reason == nullptr ? nb::none() : nb::cast(std::string(reason));
+          };
+          rows.append(nb::make_tuple(ops::opName(d.op), d.infiniops, std::string(device_type),
+                                     c10::toString(dtype),
+                                     why(ops::refusal(d.op, device_type, dtype, true)),
+                                     why(ops::refusal(d.op, device_type, dtype, false))));
+        }
+      }
+    }
+    return rows;
+  });
+
+  // InfiniRT's device types, in its enum order.
+  m.def("_infinirt_device_types", [] {
+    nb::list names;
+    for (std::string_view name : torch_infini::ops::kDeviceTypeNames)
+      names.append(std::string(name));
+    return names;
   });
 
   // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.

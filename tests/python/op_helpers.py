@@ -42,7 +42,7 @@ def make_cpu(shape: Sequence[int], dtype: torch.dtype, seed: int = 0) -> torch.T
         return torch.randn(shape, dtype=dtype, generator=gen)
     if dtype.is_floating_point:
         return (torch.randn(shape, dtype=torch.float64, generator=gen) * 4).to(dtype)
-    low = 0 if dtype == torch.uint8 else -8
+    low = 0 if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64) else -8
     return torch.randint(low, 9, shape, dtype=dtype, generator=gen)
 
 
@@ -123,6 +123,7 @@ def assert_matches(
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 REDUCED_DTYPES = (torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+UNSIGNED_DTYPES = (torch.uint16, torch.uint32, torch.uint64)
 
 # (operator, dtype) pairs the suite expects an infini kernel for, on every
 # backend it runs on, except as ``kernel_dtypes`` says.
@@ -132,54 +133,71 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "mul": FLOAT_DTYPES + INT_DTYPES,
     "relu": FLOAT_DTYPES + INT_DTYPES,
     "silu": FLOAT_DTYPES,
-    "mm": (torch.float32,),
-    "bmm": (torch.float32,),
-    "addmm": (torch.float32,),
-    "rms_norm": (torch.float32,),
+    # InfiniOps' gemm and rms_norm compute in float: no float64
+    "mm": REDUCED_DTYPES + (torch.float32,),
+    "bmm": REDUCED_DTYPES + (torch.float32,),
+    "addmm": REDUCED_DTYPES + (torch.float32,),
+    "rms_norm": REDUCED_DTYPES + (torch.float32,),
+    "cat": FLOAT_DTYPES + INT_DTYPES + UNSIGNED_DTYPES,
     "infini::silu_and_mul": FLOAT_DTYPES,
     "infini::swiglu": FLOAT_DTYPES,
-    "infini::causal_softmax": FLOAT_DTYPES,
+    # InfiniOps' causal_softmax computes in float: no float64
+    "infini::causal_softmax": REDUCED_DTYPES + (torch.float32,),
 }
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa
 # instead of rounding to nearest even (1.00146484 -> 0x3c01 where PyTorch gives
 # 0x3c02; 65520 -> 65504 where PyTorch gives inf). So on that device type the
 # InfiniOps provider deliberately offers no float16 for the kernels that compute
-# in float and write float16 (native/ops/src/infiniops_kernels.cpp,
-# ``truncatesFloat16``): they would return silently wrong values, and refuse
-# instead. relu and same-dtype copies return an input value unchanged and keep
-# float16; casts to/from float16 are staged through the CPU (test_copy.py).
+# in float and write float16 (native/ops/src/declared_support.cpp, ``refusal``):
+# they would return silently wrong values, and refuse instead. relu, cat and
+# same-dtype copies return input values unchanged and keep float16; casts
+# to/from float16 are staged through the CPU (test_copy.py).
 _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
     {
         "add",
         "sub",
         "mul",
         "silu",
+        "mm",
+        "bmm",
+        "addmm",
+        "rms_norm",
         "infini::silu_and_mul",
         "infini::swiglu",
         "infini::causal_softmax",
     }
 )
-# InfiniOps' causal_softmax computes in float whatever the dtype: no float64
-# is offered on any InfiniRT device type (it would lose its precision).
-_NO_FLOAT64_ON_INFINIOPS = frozenset({"infini::causal_softmax"})
-
 # c10's names for the dtypes, as the refusals spell them.
-_C10_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16"}
+_C10_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
 
 
 def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
     """The dtypes infini has an ``op`` kernel for on the current backend.
 
-    ``KERNEL_DTYPES[op]``, less float16 for add/mul/silu on the InfiniRT
-    ``cpu`` backend (see ``_NO_FLOAT16_ON_INFINIRT_CPU``).
+    ``KERNEL_DTYPES[op]``, less float16 for the kernels that compute in float
+    on the InfiniRT ``cpu`` backend (see ``_NO_FLOAT16_ON_INFINIRT_CPU``).
     test_operator_table.py checks the product declares exactly these.
     """
     dtypes = KERNEL_DTYPES[op]
     if torch_infini.backend() == "cpu" and op in _NO_FLOAT16_ON_INFINIRT_CPU:
         dtypes = tuple(d for d in dtypes if d != torch.float16)
-    if torch_infini.backend() != "host" and op in _NO_FLOAT64_ON_INFINIOPS:
-        dtypes = tuple(d for d in dtypes if d != torch.float64)
     return dtypes
 
 
@@ -197,15 +215,27 @@ def expect_kernel(op: str, dtype: torch.dtype) -> Iterator[bool]:
     if dtype in kernel_dtypes(op):
         yield True
         return
-    name = _C10_NAMES.get(dtype, str(dtype))
-    message = f"dtype {name} is not supported on infini by the 'infiniops' kernel provider"
+    provider = "host" if torch_infini.backend() == "host" else "infiniops"
+    message = (
+        f"dtype {_C10_NAMES[dtype]} is not supported on infini by the '{provider}' kernel "
+        f"provider ({_seam_kernel(op)} kernel)"
+    )
     # With the CPU fallback on, the call would run on the CPU: the refusal
     # itself is what this block asserts, so the fallback is off here.
     with (
         torch_infini.cpu_fallback.strict(),
-        raises_exactly(NotImplementedError, match=re.escape(f"{message} ({op} kernel)")),
+        raises_exactly(NotImplementedError, match=re.escape(message)),
     ):
         yield False
+
+
+def _seam_kernel(op: str) -> str:
+    """The seam operator serving ``op`` ("mm" -> "gemm"), from the operator table."""
+    full = op if "::" in op else f"aten::{op}"
+    for info in torch_infini.operators():
+        if info.name.split(".", 1)[0] == full and info.kernel is not None:
+            return info.kernel
+    raise KeyError(op)
 
 
 def add_oracle(

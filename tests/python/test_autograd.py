@@ -48,6 +48,8 @@ CASES: dict[str, GradCase] = {
     "relu_": GradCase("aten::relu_", lambda a: a.clone().relu_(), [(3, 4)]),
     "silu": GradCase("aten::silu", F.silu, [(3, 4)]),
     "silu_": GradCase("aten::silu_", lambda a: F.silu(a.clone(), inplace=True), [(3, 4)]),
+    "cat": GradCase("aten::cat", lambda a, b: torch.cat([a, b.t()], 1), [(3, 4), (2, 3)]),
+    "stack": GradCase("aten::cat", lambda a, b: torch.stack([a, b], -1), [(3, 4), (3, 4)]),
     "mm": GradCase("aten::mm", torch.mm, [(3, 4), (4, 5)]),
     "bmm": GradCase("aten::bmm", torch.bmm, [(2, 3, 4), (2, 4, 5)]),
     "addmm": GradCase(
@@ -114,6 +116,7 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::mm.out": "out= variant",
     "aten::bmm.out": "out= variant",
     "aten::addmm.out": "out= variant",
+    "aten::cat.out": "out= variant",
     "aten::randperm.generator_out": "a factory: no tensor input",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",

@@ -28,7 +28,7 @@ UNSUPPORTED: dict[str, tuple[Call, str]] = {
     "sum": (lambda x: x.sum(), "sum"),
     "sum(dim)": (lambda x: torch.sum(x, dim=0), "sum"),
     "exp": (torch.exp, "exp"),
-    "cat": (lambda x: torch.cat([x, x]), "cat"),
+    "flip": (lambda x: torch.flip(x, [0]), "flip"),
     "softmax": (lambda x: torch.softmax(x, dim=-1), "_softmax"),
     "maximum": (lambda x: torch.maximum(x, x), "maximum"),
     "x % 2": (lambda x: x % 2, "remainder"),
@@ -78,7 +78,7 @@ INPLACE_AND_OUT: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object],
     "fmod_": (lambda x, out: x.fmod_(2), "fmod"),
     "exp(out=)": (lambda x, out: torch.exp(x, out=out), "exp"),
     "sum(out=)": (lambda x, out: torch.sum(x, dim=0, out=out[0]), "sum"),
-    "cat(out=)": (lambda x, out: torch.cat([x[:1], x[1:]], out=out), "cat"),
+    "cumsum(out=)": (lambda x, out: torch.cumsum(x, 0, out=out), "cumsum"),
     "maximum(out=)": (lambda x, out: torch.maximum(x, x, out=out), "maximum"),
     "clamp_": (lambda x, out: x.clamp_(min=0.0), "clamp"),
 }
@@ -116,7 +116,7 @@ def test_inplace_and_out_fall_back_to_the_cpu(case: str) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
 def test_unsupported_for_every_dtype(dtype: torch.dtype) -> None:
     x = torch.ones(4, dtype=dtype, device=DEVICE)
-    for call, operator in (UNSUPPORTED["sum"], UNSUPPORTED["cat"], UNSUPPORTED["maximum"]):
+    for call, operator in (UNSUPPORTED["sum"], UNSUPPORTED["flip"], UNSUPPORTED["maximum"]):
         with pytest.raises(NotImplementedError) as excinfo:
             call(x)
         _check_message(str(excinfo.value), operator)
@@ -126,7 +126,7 @@ def test_unsupported_for_every_dtype(dtype: torch.dtype) -> None:
 def test_every_dtype_falls_back_to_the_cpu(dtype: torch.dtype) -> None:
     x_cpu = torch.arange(4).to(dtype)
     x = x_cpu.to(DEVICE)
-    for call, _ in (UNSUPPORTED["sum"], UNSUPPORTED["cat"], UNSUPPORTED["maximum"]):
+    for call, _ in (UNSUPPORTED["sum"], UNSUPPORTED["flip"], UNSUPPORTED["maximum"]):
         with torch_infini.cpu_fallback.allowed("silent"):
             result = call(x)
         assert_matches(result, call(x_cpu), exact=True)

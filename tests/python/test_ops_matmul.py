@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 from infini_testing import fallback_off
 from op_helpers import (
     DEVICE,
-    KERNEL_DTYPES,
     ViewFn,
     assert_matches,
+    expect_kernel,
     identity,
+    kernel_dtypes,
     make_cpu,
     pair,
     raises_exactly,
@@ -303,7 +304,13 @@ def test_linear_is_addmm_with_transposed_weight() -> None:
 
 # ------------------------------------------------------------ refusals
 
-REFUSED_DTYPES = (torch.float64, torch.float16, torch.bfloat16, torch.int32)
+# Every float dtype and one integer one: each is native where the backend
+# declares it (kernel_dtypes), else refused with the fallback off and the
+# CPU's result with it on.
+MATMUL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32)
+# Reduced-precision products off host: InfiniOps sums in float and rounds once,
+# the CPU's BLAS in another order: a few ulps of the dtype.
+REDUCED_TOL = {"rtol": 1.6e-2, "atol": 1e-2}
 
 
 def _matmul_calls(
@@ -325,18 +332,44 @@ def _matmul_calls(
     }
 
 
-@fallback_off
-@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=str)
 @pytest.mark.parametrize("call", list(_matmul_calls(torch.float64)), ids=str)
-def test_dtypes_refused(call: str, dtype: torch.dtype) -> None:
-    assert dtype not in KERNEL_DTYPES["mm"]
-    with pytest.raises(NotImplementedError, match="dtype .* is not supported on infini"):
-        _matmul_calls(dtype)[call]()
+def test_every_dtype_native_or_refused(call: str, dtype: torch.dtype) -> None:
+    with expect_kernel("mm", dtype):
+        result = _matmul_calls(dtype)[call]()
+        expected = _matmul_calls(dtype, "cpu")[call]()
+        tol = REDUCED_TOL if dtype in (torch.float16, torch.bfloat16) else GEMM_TOL
+        assert_matches(result, expected, **tol)
 
 
-@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("ta", [False, True], ids=["a", "aT"])
+@pytest.mark.parametrize("tb", [False, True], ids=["b", "bT"])
+def test_reduced_precision_transposed_operands_and_bias(
+    dtype: torch.dtype, ta: bool, tb: bool
+) -> None:
+    """Half-precision products of strided operands, with a broadcast bias
+    (nn.Linear in float16/bfloat16), where the backend declares them."""
+    view = _t if ta else identity
+    a_cpu, a = pair((9, 16) if ta else (16, 9), dtype, seed=50, view=view)
+    b_cpu, b = pair((7, 9) if tb else (9, 7), dtype, seed=51, view=_t if tb else identity)
+    c_cpu, c = pair((7,), dtype, seed=52)
+    with expect_kernel("mm", dtype):
+        assert_matches(a @ b, a_cpu @ b_cpu, **REDUCED_TOL)
+        assert_matches(
+            torch.addmm(c, a, b, beta=0.5, alpha=2),
+            torch.addmm(c_cpu, a_cpu, b_cpu, beta=0.5, alpha=2),
+            **REDUCED_TOL,
+        )
+        batch_cpu, batch = pair((3, 16, 9), dtype, seed=53)
+        assert_matches(batch @ b, batch_cpu @ b_cpu, **REDUCED_TOL)
+
+
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=str)
 @pytest.mark.parametrize("call", list(_matmul_calls(torch.float64)), ids=str)
 def test_dtypes_fall_back_to_the_cpu(call: str, dtype: torch.dtype) -> None:
+    if dtype in kernel_dtypes("mm"):
+        return  # native: test_every_dtype_native_or_refused
     expected = _matmul_calls(dtype, "cpu")[call]()
     with torch_infini.cpu_fallback.allowed("silent"):
         result = _matmul_calls(dtype)[call]()

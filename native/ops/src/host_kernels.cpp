@@ -14,6 +14,7 @@
 #include "fused_reference.h"
 #include "random_dtypes.h"
 #include "random_fill.h"
+#include "torch_infini/ops/declared_support.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -95,44 +96,23 @@ class HostKernels final : public KernelProvider {
  public:
   const std::string& name() const override { return name_; }
 
-  // The (operator, dtype) pairs mirror what InfiniOps offers for the same
-  // operator (README, "Operators"), so passing on host means passing on the
-  // Infini stack. Copies and fills work for every dtype on both.
+  // InfiniOps' CPU build declares the (operator, dtype) pairs
+  // (declared_support.h): host runs exactly those, less what torch-infini
+  // refuses of them, so passing on host means passing on InfiniRT `cpu`.
+  // Copies, fills and draws are the runtime's, not InfiniOps operators: every
+  // dtype (a draw's dtypes are narrowed per operator by the bridge).
   bool supports(Op op, c10::ScalarType dtype) const override {
-    using c10::ScalarType;
-    const bool floating = dtype == ScalarType::Float || dtype == ScalarType::Half ||
-                          dtype == ScalarType::BFloat16 || dtype == ScalarType::Double;
-    const bool signed_or_byte = dtype == ScalarType::Char || dtype == ScalarType::Short ||
-                                dtype == ScalarType::Int || dtype == ScalarType::Long ||
-                                dtype == ScalarType::Byte;
     switch (op) {
       case Op::Copy:
       case Op::Cast:
       case Op::Fill:
         return c10::isIntegralType(dtype, /*includeBool=*/true) || c10::isFloatingType(dtype) ||
                c10::isComplexType(dtype);
-      case Op::Add:
-      case Op::Mul:
-      case Op::Relu:
-        // Not uint16/32/64: PyTorch's own CPU add has no kernel for them,
-        // so neither the host provider nor the CPU oracle could serve them.
-        return floating || signed_or_byte;
-      case Op::Silu:
-        return floating;
-      case Op::Gemm:
-      case Op::RmsNorm:
-        return dtype == ScalarType::Float;
-      case Op::SiluAndMul:
-      case Op::Swiglu:
-      case Op::CausalSoftmax:
-        return floating;  // InfiniOps' CPU build: its AllFloatTypes
       case Op::Random:
-        // Every dtype a draw writes; the bridge narrows per operator.
         return realBoolOrUnsignedDtype(dtype);
-      case Op::kCount:
-        break;
+      default:
+        return nativeOn(op, "cpu", dtype, /*infinirt_conversions=*/false);
     }
-    return false;
   }
 
   bool supportsPeer() const override { return true; }
@@ -297,6 +277,22 @@ class HostKernels final : public KernelProvider {
           o.copy_(causalSoftmaxReference(in1(x_ref)));
         },
         out, x);
+  }
+
+  void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
+           runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [dim](const TensorRef& o_ref, const std::vector<TensorRef>& in_refs) {
+          // Each input copied into its slice of out: the bytes the CPU's cat writes.
+          int64_t offset = 0;
+          for (const TensorRef& in_ref : in_refs) {
+            const int64_t size = in_ref.sizes[dim];
+            out0(o_ref).narrow(dim, offset, size).copy_(in1(in_ref));
+            offset += size;
+          }
+        },
+        out, inputs);
   }
 
   void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {

@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "torch_infini/ops/declared_support.h"
+
 namespace torch_infini::ops {
 namespace {
 
@@ -56,52 +58,6 @@ std::optional<DataType> toInfini(c10::ScalarType dtype) {
   }
 }
 
-bool isFloating(c10::ScalarType t) {
-  return t == c10::ScalarType::Float || t == c10::ScalarType::Half ||
-         t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Double;
-}
-
-bool isSignedOrByte(c10::ScalarType t) {
-  return t == c10::ScalarType::Char || t == c10::ScalarType::Short || t == c10::ScalarType::Int ||
-         t == c10::ScalarType::Long || t == c10::ScalarType::Byte;
-}
-
-// Native implementations (index 0) per device type at the pinned InfiniOps
-// commit: ReLU and SiLU are missing on Cambricon and Ascend, RmsNorm on
-// Ascend, Add/Mul on Cambricon, and Hygon has none.
-bool implemented(Op op, DeviceType type) {
-  switch (op) {
-    case Op::Add:
-    case Op::Mul:
-      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
-             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
-             type == DeviceType::kMoore || type == DeviceType::kAscend;
-    case Op::Relu:
-    case Op::Silu:
-      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
-             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
-             type == DeviceType::kMoore;
-    case Op::RmsNorm:
-      return type != DeviceType::kAscend && type != DeviceType::kHygon;
-    case Op::Gemm:
-      return type != DeviceType::kHygon;
-    case Op::Copy:
-    case Op::Cast:
-      return type == DeviceType::kCpu || type == DeviceType::kAscend;
-    case Op::SiluAndMul:
-    case Op::Swiglu:
-    case Op::CausalSoftmax:
-      return type == DeviceType::kCpu || type == DeviceType::kNvidia ||
-             type == DeviceType::kIluvatar || type == DeviceType::kMetax ||
-             type == DeviceType::kMoore;
-    case Op::Fill:    // only on some GPU types, and not built into our operator set
-    case Op::Random:  // InfiniOps has no generator (random_sample samples, it draws nothing)
-    case Op::kCount:
-      break;
-  }
-  return false;
-}
-
 // Operators present in the installed libinfiniops (its allowlist).
 bool linked(Op op) {
   switch (op) {
@@ -126,24 +82,14 @@ bool linked(Op op) {
       return TORCH_INFINI_OPS_HAS_SWIGLU;
     case Op::CausalSoftmax:
       return TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX;
+    case Op::Cat:
+      return TORCH_INFINI_OPS_HAS_CAT;
     case Op::Fill:
     case Op::Random:
     case Op::kCount:
       break;
   }
   return false;
-}
-
-// InfiniRT's CPU float -> float16 conversion (Float16::FromFloat at the
-// pinned commit) truncates the mantissa instead of rounding to nearest even:
-// 1.00146484 becomes 0x3c01 (PyTorch: 0x3c02), 65520 becomes 65504 (PyTorch:
-// inf). Every InfiniOps CPU kernel that computes in float and writes float16
-// (Add, Mul, Silu, Cast to float16) would be silently off, so float16 is not
-// offered there. Kernels whose float16 result is an input value unchanged
-// (Relu, a same-dtype Copy) are exact and stay.
-bool truncatesFloat16(Op op, DeviceType type, c10::ScalarType dtype) {
-  return type == DeviceType::kCpu && dtype == c10::ScalarType::Half && op != Op::Relu &&
-         op != Op::Copy;
 }
 
 class InfiniOpsKernels final : public KernelProvider {
@@ -155,35 +101,12 @@ class InfiniOpsKernels final : public KernelProvider {
 
   const std::string& name() const override { return name_; }
 
+  // What InfiniOps declares for this device type (declared_support.h), less
+  // what torch-infini refuses of it, for the operators the installed library
+  // instantiates and the dtypes InfiniOps has.
   bool supports(Op op, c10::ScalarType dtype) const override {
-    if (!linked(op) || !implemented(op, type_) || !toInfini(dtype).has_value()) return false;
-    if (truncatesFloat16(op, type_, dtype)) return false;
-    switch (op) {
-      case Op::Copy:
-      case Op::Cast:
-        return true;  // every InfiniOps dtype
-      case Op::Add:
-      case Op::Mul:
-      case Op::Relu:
-        // InfiniOps Add/Mul also take uint16/32/64, but PyTorch offers no
-        // CPU add for them: the bridge offers what host and Infini share.
-        return isFloating(dtype) || isSignedOrByte(dtype);
-      case Op::Silu:
-      case Op::SiluAndMul:
-      case Op::Swiglu:
-        return isFloating(dtype);
-      case Op::CausalSoftmax:
-        // Computed in float for every dtype: float64 would lose its precision.
-        return isFloating(dtype) && dtype != c10::ScalarType::Double;
-      case Op::Gemm:
-      case Op::RmsNorm:
-        return dtype == c10::ScalarType::Float;
-      case Op::Fill:
-      case Op::Random:
-      case Op::kCount:
-        break;
-    }
-    return false;
+    return linked(op) && toInfini(dtype).has_value() &&
+           nativeOn(op, runtime_.name(), dtype, /*infinirt_conversions=*/true);
   }
 
   bool supportsPeer() const override { return false; }
@@ -322,6 +245,18 @@ class InfiniOpsKernels final : public KernelProvider {
     infini::ops::CausalSoftmax::Call(handle(out, stream), config_, view(x), view(out));
 #else
     unavailable("causal_softmax");
+#endif
+  }
+
+  void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
+           runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_CAT
+    std::vector<infini::ops::Tensor> views;
+    views.reserve(inputs.size());
+    for (const TensorRef& in : inputs) views.push_back(view(in));
+    infini::ops::Cat::Call(handle(out, stream), config_, views, dim, view(out));
+#else
+    unavailable("cat");
 #endif
   }
 

@@ -42,6 +42,8 @@ const char* opName(Op op) {
       return "swiglu";
     case Op::CausalSoftmax:
       return "causal_softmax";
+    case Op::Cat:
+      return "cat";
     case Op::kCount:
       break;
   }

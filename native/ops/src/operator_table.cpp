@@ -44,6 +44,9 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::silu", "activation", Op::Silu},
       {"aten::silu_", "activation", Op::Silu},
       {"aten::silu.out", "activation", Op::Silu},
+      // Concatenation (cat.cpp).
+      {"aten::cat", "shape", Op::Cat},
+      {"aten::cat.out", "shape", Op::Cat},
       // Matrix products (matmul.cpp).
       {"aten::mm", "matmul", Op::Gemm},
       {"aten::mm.out", "matmul", Op::Gemm},

@@ -12,6 +12,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <string>
+#include <vector>
 
 #include "torch_infini/runtime/device_runtime.h"
 
@@ -51,6 +52,7 @@ enum class Op : uint8_t {
   SiluAndMul,     // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
   Swiglu,         // out = input * silu(gate) (torch.ops.infini.swiglu)
   CausalSoftmax,  // out = softmax over the causal prefix of each row (torch.ops.infini)
+  Cat,            // out = the inputs one after another along a dimension
   kCount
 };
 
@@ -96,6 +98,11 @@ class KernelProvider {
   // Normalizes over the last dimension; x and out are 2-D or 3-D.
   virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                        runtime::StreamHandle stream) = 0;
+  // out = the inputs concatenated along `dim` (0 <= dim < out.dim()): each
+  // input has out's rank and sizes except in `dim`, and elements (none is
+  // empty; their sizes in `dim` add up to out's). Any strides.
+  virtual void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
+                   runtime::StreamHandle stream) = 0;
   // Writes `draw` (whose seed and offset the bridge took from the generator
   // when it enqueued the call) into out, in stream order; draws with tensor
   // inputs (Bernoulli with a p tensor) never come here. Providers whose

@@ -1,0 +1,67 @@
+// Which (seam operator, dtype, device type) triples run natively: what
+// InfiniOps declares, less what torch-infini refuses of it, in one place.
+//
+// InfiniOps' build is asked what it can be asked: which operators the
+// installed library instantiates (cmake/FindInfiniOps.cmake reads its
+// operator-call instantiations). The dtypes each operator's dispatch takes
+// and the device types with a native implementation are compile-time lists
+// inside its sources, not in the installed headers; so they are written down
+// here once, as a snapshot of the pinned commit. The host provider declares
+// exactly the snapshot's `cpu` column, so what is native in CI is what is
+// native on InfiniRT `cpu`; tests/python/test_declared_support.py runs every
+// declared pair (and refuses one undeclared pair per operator) on whichever
+// backend is selected, which checks the snapshot against a real stack.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "torch_infini/ops/kernel_provider.h"
+
+namespace torch_infini::ops {
+
+using DtypeMask = uint64_t;
+
+constexpr DtypeMask dtypeBit(c10::ScalarType t) { return DtypeMask{1} << static_cast<unsigned>(t); }
+
+// One InfiniOps operator as its build declares it.
+struct Declaration {
+  Op op;
+  const char* infiniops;    // its operator class: "Gemm"
+  DtypeMask dtypes;         // the dtype list its dispatch takes
+  uint32_t device_types;    // bit i: kDeviceTypeNames[i] has a native implementation
+  const char* computes_in;  // "float": float64 would lose precision; nullptr: the dtype itself
+};
+
+// InfiniRT's device types, in InfiniRT's enum order.
+inline constexpr std::string_view kDeviceTypeNames[] = {"cpu",   "nvidia", "cambricon", "ascend",
+                                                        "metax", "moore",  "iluvatar",  "hygon"};
+
+const std::vector<Declaration>& infiniOpsDeclarations();
+
+// The declaration of `op`, or nullptr where InfiniOps has no such operator
+// (torch-infini's own seam operators: Fill, Random).
+const Declaration* declarationOf(Op op);
+
+// Why torch-infini does not run (op, dtype) natively on `device_type` although
+// InfiniOps declares it; nullptr where it does (or where InfiniOps does not
+// declare it at all: see declared()). `infinirt_conversions`: the kernel
+// converts through InfiniRT's scalar types (the InfiniOps provider), not
+// through PyTorch's (the host provider).
+const char* refusal(Op op, std::string_view device_type, c10::ScalarType dtype,
+                    bool infinirt_conversions);
+
+// InfiniOps declares (op, dtype) on `device_type`.
+bool declared(Op op, std::string_view device_type, c10::ScalarType dtype);
+
+// Declared and not refused: the provider runs it natively.
+inline bool nativeOn(Op op, std::string_view device_type, c10::ScalarType dtype,
+                     bool infinirt_conversions) {
+  return declared(op, device_type, dtype) &&
+         refusal(op, device_type, dtype, infinirt_conversions) == nullptr;
+}
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,103 @@
+// cat (torch.cat, concat, concatenate, and stack through it) and cat.out
+// through the kernel seam's Cat.
+//
+// Output geometry, dtype checks, the legacy skipping of 1-D empty inputs,
+// the memory format and out='s resizing and overlap checks are ATen's own
+// meta function (structured_cat); the copy is the seam's. Mixed dtypes (cat
+// promotes) and dtypes the provider lacks go to the CPU fallback.
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/cat_meta.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "bridge.h"
+#include "fallback.h"
+
+namespace torch_infini::ops {
+namespace {
+
+// The meta step writing into `out`: an undefined tensor (allocated here, as
+// the functional form does) or the caller's out= (resized as ATen's out=
+// kernels resize).
+class CatGeometry final : public at::meta::structured_cat {
+ public:
+  explicit CatGeometry(at::Tensor& out) : out_(out) {}
+
+  void set_output_raw_strided(int64_t /*output_idx*/, at::IntArrayRef sizes,
+                              at::IntArrayRef strides, at::TensorOptions options) override {
+    if (!out_.defined()) {
+      out_ =
+          strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+      return;
+    }
+    if (at::native::resize_output(out_, sizes)) {
+      if (!strides.empty()) {
+        out_.as_strided_(sizes, strides);
+      } else if (options.memory_format_opt().has_value()) {
+        out_.unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
+      }
+    }
+  }
+
+  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
+
+ private:
+  at::Tensor& out_;
+};
+
+// Refuses, before anything is allocated or resized, what the kernel does not
+// take; raises, as PyTorch does, for tensors on different devices.
+void checkCatOperands(const char* name, const at::MaterializedITensorListRef& inputs,
+                      const at::Tensor& out) {
+  if (inputs.empty()) return;  // the meta step raises PyTorch's error
+  const at::Tensor& first = inputs[0];
+  for (const at::Tensor& t : inputs) {
+    TORCH_CHECK(t.device() == first.device(),
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                first.device(), " and ", t.device(), "!");
+    TORCH_CHECK_NOT_IMPLEMENTED(t.scalar_type() == first.scalar_type(), name,
+                                ": inputs of different dtypes (", first.scalar_type(), " and ",
+                                t.scalar_type(), ") are promoted by the CPU's cat, not on infini");
+  }
+  checkInfiniTensor(name, "tensors", first);
+  if (out.defined()) {
+    checkInfiniTensor(name, "out", out);
+    checkSameDevice(first, out);
+    requireSameDtype(name, first.scalar_type(), out.scalar_type(), "out");
+  }
+  requireKernel(name, Op::Cat, first.scalar_type());
+}
+
+void catInto(const char* name, const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  const at::MaterializedITensorListRef inputs = tensors.materialize();
+  checkCatOperands(name, inputs, out);
+  CatGeometry geometry(out);
+  const auto precomputed = geometry.meta(tensors, dim);
+  if (out.numel() == 0) return;
+  std::vector<TensorRef> refs;
+  refs.reserve(inputs.size());
+  for (const at::Tensor& t : inputs)
+    if (t.numel() > 0) refs.push_back(toRef(t));  // skipped legacy and empty inputs add nothing
+  kernels().cat(toRef(out), refs, precomputed.dim, streamOf(out));
+}
+
+at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  at::Tensor out;
+  catInto("cat", tensors, dim, out);
+  return out;
+}
+
+at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  catInto("cat.out", tensors, dim, out);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "cat", cat);
+  TORCH_INFINI_IMPL_OR_FALLBACK(m, "cat.out", cat_out);
+}
+
+}  // namespace
+}  // namespace torch_infini::ops

@@ -1,0 +1,166 @@
+"""What is declared native is what runs natively, on the selected backend.
+
+native/ops/src/declared_support.cpp holds, in one place, which (operator,
+dtype) pairs InfiniOps declares per device type and which of them
+torch-infini refuses. Here, on whichever backend the suite runs:
+
+* the dtypes the operator table reports are exactly the declared, unrefused
+  ones for the backend's device type (host: InfiniOps' ``cpu`` column);
+* every such pair runs natively (the CPU fallback off) and matches the CPU;
+* one pair per operator that is not declared, or refused, raises
+  NotImplementedError naming the dtype and the kernel.
+
+Run against a real Infini stack this checks the snapshot of InfiniOps'
+declarations: a dtype InfiniOps' dispatch does not take would abort there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_infini
+from infini_testing import fallback_off
+from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu, runs_cpu_kernels
+
+# The dtypes a declaration can name, in c10's spelling (the rows' fourth field).
+C10_DTYPES = {
+    "Byte": torch.uint8,
+    "Char": torch.int8,
+    "Short": torch.int16,
+    "Int": torch.int32,
+    "Long": torch.int64,
+    "UInt16": torch.uint16,
+    "UInt32": torch.uint32,
+    "UInt64": torch.uint64,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+    "Float": torch.float32,
+    "Double": torch.float64,
+}
+CANDIDATES = (*C10_DTYPES.values(), torch.bool, torch.complex64)
+
+# One ATen call per seam operator, on tensors of `dtype` on `device`; the
+# names are the operator table's (aten::<name>) for expect_kernel.
+Call = Callable[[torch.dtype, str], torch.Tensor]
+
+
+def _t(shape: tuple[int, ...], dtype: torch.dtype, device: str, seed: int) -> torch.Tensor:
+    return make_cpu(shape, dtype, seed=seed).to(device)
+
+
+CALLS: dict[str, tuple[str, Call]] = {
+    "add": ("add", lambda dt, d: _t((3, 4), dt, d, 1) + _t((3, 4), dt, d, 2)),
+    "mul": ("mul", lambda dt, d: _t((3, 4), dt, d, 1) * _t((3, 4), dt, d, 2)),
+    "gemm": ("mm", lambda dt, d: _t((3, 5), dt, d, 1) @ _t((5, 4), dt, d, 2)),
+    "relu": ("relu", lambda dt, d: torch.relu(_t((3, 4), dt, d, 1))),
+    "silu": ("silu", lambda dt, d: F.silu(_t((3, 4), dt, d, 1))),
+    "rms_norm": ("rms_norm", lambda dt, d: F.rms_norm(_t((3, 8), dt, d, 1), (8,))),
+    "silu_and_mul": (
+        "infini::silu_and_mul",
+        lambda dt, d: torch_infini.ops.silu_and_mul(_t((3, 8), dt, d, 1)),
+    ),
+    "swiglu": (
+        "infini::swiglu",
+        lambda dt, d: torch_infini.ops.swiglu(_t((3, 4), dt, d, 1), _t((3, 4), dt, d, 2)),
+    ),
+    "causal_softmax": (
+        "infini::causal_softmax",
+        lambda dt, d: torch_infini.ops.causal_softmax(_t((2, 3, 5), dt, d, 1)),
+    ),
+    "cat": ("cat", lambda dt, d: torch.cat([_t((2, 3), dt, d, 1), _t((1, 3), dt, d, 2)])),
+}
+# Seam operators that never refuse: copies and casts of a dtype the provider
+# lacks are staged through the host instead (test_copy.py).
+NEVER_REFUSED = {"copy", "cast"}
+
+
+def _declarations() -> list[tuple[str, str, str, str, str | None, str | None]]:
+    return [tuple(row) for row in torch_infini._C._declarations()]
+
+
+def _device_type() -> str:
+    backend = torch_infini.backend()
+    return "cpu" if backend == "host" else backend
+
+
+def _native(op: str) -> set[torch.dtype]:
+    """The declared, unrefused dtypes of seam operator ``op`` on this backend."""
+    host = torch_infini.backend() == "host"
+    return {
+        C10_DTYPES[dtype]
+        for seam, _, device_type, dtype, infinirt_refusal, host_refusal in _declarations()
+        if seam == op
+        and device_type == _device_type()
+        and (host_refusal if host else infinirt_refusal) is None
+    }
+
+
+def test_every_seam_operator_with_a_declaration_has_a_call_here() -> None:
+    declared = {row[0] for row in _declarations()}
+    assert declared - NEVER_REFUSED == set(CALLS)
+
+
+def test_the_operator_table_reports_the_declared_dtypes() -> None:
+    for op, (aten, _) in CALLS.items():
+        reported = set(torch_infini.supported_dtypes(aten))
+        if torch_infini.backend() != "host" and not reported:
+            continue  # not in the installed InfiniOps' operator allowlist
+        assert reported == _native(op), (op, sorted(map(str, reported ^ _native(op))))
+
+
+def test_refusals_say_why() -> None:
+    for op, infiniops, device_type, dtype, infinirt_refusal, host_refusal in _declarations():
+        for reason in (infinirt_refusal, host_refusal):
+            assert reason is None or len(reason) > 20, (op, device_type, dtype)
+        assert infiniops[0].isupper(), infiniops
+    gemm_double = [r for r in _declarations() if r[0] == "gemm" and r[3] == "Double"]
+    assert gemm_double and all("float" in (r[4] or "") for r in gemm_double)
+
+
+def _tolerances(dtype: torch.dtype) -> dict[str, float]:
+    if runs_cpu_kernels() or not dtype.is_floating_point:
+        return {}
+    if dtype in (torch.float16, torch.bfloat16):
+        return {"rtol": 1.6e-2, "atol": 1e-2}
+    return {"rtol": 1e-4, "atol": 1e-4}
+
+
+@fallback_off
+@pytest.mark.parametrize("op", list(CALLS), ids=str)
+def test_every_declared_pair_runs_natively(op: str) -> None:
+    aten, call = CALLS[op]
+    native = _native(op) & set(torch_infini.supported_dtypes(aten))
+    for dtype in sorted(native, key=str):
+        expected = call(dtype, "cpu")
+        result = call(dtype, DEVICE)  # strict: a fallback would raise
+        assert_matches(result, expected, **_tolerances(dtype))
+
+
+def _cpu_takes(call: Call, dtype: torch.dtype) -> bool:
+    try:
+        call(dtype, "cpu")
+    except RuntimeError:
+        return False
+    return True
+
+
+@fallback_off
+@pytest.mark.parametrize("op", list(CALLS), ids=str)
+def test_one_undeclared_pair_is_refused(op: str) -> None:
+    """The first dtype the CPU takes but the backend does not declare raises
+    NotImplementedError (the fallback would serve it). Where the backend
+    declares every dtype the CPU takes, there is nothing to refuse, and that
+    itself is asserted."""
+    aten, call = CALLS[op]
+    native = set(torch_infini.supported_dtypes(aten))
+    cpu_takes = [d for d in CANDIDATES if _cpu_takes(call, d)]
+    undeclared = [d for d in cpu_takes if d not in native]
+    if not undeclared:
+        assert set(cpu_takes) <= native
+        return
+    with expect_kernel(aten, undeclared[0]) as ran_natively:
+        call(undeclared[0], DEVICE)
+    assert not ran_natively

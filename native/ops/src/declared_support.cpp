@@ -89,4 +89,14 @@ const char* refusal(Op op, std::string_view device_type, c10::ScalarType dtype,
   return nullptr;
 }
 
+NativeMasks nativeMasks(std::string_view device_type, bool infinirt_conversions) {
+  NativeMasks masks{};
+  for (size_t op = 0; op < masks.size(); ++op)
+    for (unsigned i = 0; i < 64 && i < static_cast<unsigned>(ScalarType::NumOptions); ++i)
+      if (nativeOn(static_cast<Op>(op), device_type, static_cast<ScalarType>(i),
+                   infinirt_conversions))
+        masks[op] |= DtypeMask{1} << i;
+  return masks;
+}
+
 }  // namespace torch_infini::ops

@@ -111,7 +111,7 @@ class HostKernels final : public KernelProvider {
       case Op::Random:
         return realBoolOrUnsignedDtype(dtype);
       default:
-        return nativeOn(op, "cpu", dtype, /*infinirt_conversions=*/false);
+        return inMask(native_[static_cast<size_t>(op)], dtype);
     }
   }
 
@@ -320,6 +320,7 @@ class HostKernels final : public KernelProvider {
   }
 
   const std::string name_ = "host";
+  const NativeMasks native_ = nativeMasks("cpu", /*infinirt_conversions=*/false);
 };
 
 }  // namespace

@@ -106,7 +106,7 @@ class InfiniOpsKernels final : public KernelProvider {
   // instantiates and the dtypes InfiniOps has.
   bool supports(Op op, c10::ScalarType dtype) const override {
     return linked(op) && toInfini(dtype).has_value() &&
-           nativeOn(op, runtime_.name(), dtype, /*infinirt_conversions=*/true);
+           inMask(native_[static_cast<size_t>(op)], dtype);
   }
 
   bool supportsPeer() const override { return false; }
@@ -321,6 +321,7 @@ class InfiniOpsKernels final : public KernelProvider {
   const std::string name_ = "infiniops";
   runtime::InfiniRtRuntime& runtime_;
   const DeviceType type_;
+  const NativeMasks native_ = nativeMasks(runtime_.name(), /*infinirt_conversions=*/true);
   infini::ops::Config config_;
   std::mutex zeros_mutex_;
   std::unordered_map<int, void*> negative_zeros_;

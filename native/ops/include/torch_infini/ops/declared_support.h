@@ -15,6 +15,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,17 @@ inline bool nativeOn(Op op, std::string_view device_type, c10::ScalarType dtype,
                      bool infinirt_conversions) {
   return declared(op, device_type, dtype) &&
          refusal(op, device_type, dtype, infinirt_conversions) == nullptr;
+}
+
+// nativeOn() for every (operator, dtype) at once: providers compute it when
+// they are made and answer supports() with a bit test (it is on the path of
+// every kernel call).
+using NativeMasks = std::array<DtypeMask, static_cast<size_t>(Op::kCount)>;
+NativeMasks nativeMasks(std::string_view device_type, bool infinirt_conversions);
+
+inline bool inMask(DtypeMask mask, c10::ScalarType dtype) {
+  const auto i = static_cast<unsigned>(dtype);
+  return i < 64 && ((mask >> i) & 1u) != 0;
 }
 
 }  // namespace torch_infini::ops

@@ -12,9 +12,19 @@ docs/fused_operators.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["causal_softmax", "silu_and_mul", "swiglu"]
+__all__ = [
+    "add_rms_norm",
+    "apply_rotary_embedding",
+    "causal_softmax",
+    "fused_add_rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "swiglu",
+]
 
 
 def silu_and_mul(input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (PyTorch's name)
@@ -44,3 +54,114 @@ def causal_softmax(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
     CPU fallback).
     """
     return torch.ops.infini.causal_softmax(input)
+
+
+def add_rms_norm(
+    input: torch.Tensor,  # noqa: A002
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A transformer block's residual add and RMSNorm in one kernel.
+
+    Returns ``(out, residual_out)``: ``residual_out = input + residual``
+    (rounded to the dtype; the next block's residual) and ``out =
+    residual_out * weight / sqrt(mean(residual_out ** 2, -1) + eps)``
+    (computed in float, rounded once). ``weight`` is ``[hidden]`` of any
+    floating dtype. Differentiable in all three tensors.
+    """
+    out, residual_out = torch.ops.infini.add_rms_norm(input, residual, weight, eps)
+    return out, residual_out
+
+
+def fused_add_rms_norm(
+    input: torch.Tensor,  # noqa: A002
+    residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+) -> None:
+    """vLLM's in-place ``fused_add_rms_norm``: ``residual`` becomes ``input +
+    residual`` and ``input`` the normalized sum, times ``weight`` if given.
+
+    For inference: it overwrites its inputs and has no derivative (with a
+    gradient required it raises); training uses :func:`add_rms_norm`.
+    """
+    torch.ops.infini.fused_add_rms_norm(input, residual, weight, eps)
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    rope_dim_offset: int = 0,
+    inverse: bool = False,
+) -> None:
+    """vLLM's (and InfiniOps') in-place rotary position embedding.
+
+    ``positions`` is ``[T]`` or ``[B, S]`` (integers); ``query`` and ``key``
+    are ``[*positions.shape, heads * head_size]`` or ``[*positions.shape,
+    heads, head_size]``; ``cos_sin_cache`` is ``[max_position, rot_dim]``,
+    each row the ``rot_dim / 2`` cosines then the sines. Dimensions
+    ``[rope_dim_offset, rope_dim_offset + rot_dim)`` of each head turn by
+    pairs: ``(j, j + rot_dim / 2)`` with ``is_neox`` (rotating halves), ``(2j,
+    2j + 1)`` otherwise (GPT-J); ``inverse`` turns the other way. For
+    inference: no derivative (see :func:`apply_rotary_embedding`).
+    """
+    torch.ops.infini.rotary_embedding(
+        positions, query, key, head_size, cos_sin_cache, is_neox, rope_dim_offset, inverse
+    )
+
+
+class _Rotary(torch.autograd.Function):
+    """Out of place and differentiable: a rotation's adjoint is the inverse
+    rotation, which the same kernel computes."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        head_size: int,
+        cos_sin_cache: torch.Tensor,
+        is_neox: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ctx.save_for_backward(positions, cos_sin_cache)
+        ctx.args = (head_size, is_neox, query.shape, query.dtype, query.device)
+        q = query.clone()
+        k = None if key is None else key.clone()
+        rotary_embedding(positions, q, k, head_size, cos_sin_cache, is_neox)
+        return q, k
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_q: torch.Tensor | None, grad_k: torch.Tensor | None
+    ) -> tuple[Any, ...]:
+        positions, cache = ctx.saved_tensors
+        head_size, is_neox, shape, dtype, device = ctx.args
+        # The kernel needs a query; without a gradient for it, a zero one.
+        dq = torch.zeros(shape, dtype=dtype, device=device) if grad_q is None else grad_q.clone()
+        dk = None if grad_k is None else grad_k.clone()
+        rotary_embedding(positions, dq, dk, head_size, cache, is_neox, inverse=True)
+        return None, None if grad_q is None else dq, dk, None, None, None
+
+
+def apply_rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor | None,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`rotary_embedding` out of place, differentiable in ``query`` and
+    ``key`` (the cache is a constant: no gradient). Returns the rotated
+    ``(query, key)``; ``key`` is ``None`` when none is given."""
+    if cos_sin_cache.requires_grad:
+        raise NotImplementedError(
+            "apply_rotary_embedding: cos_sin_cache is a constant table; it gets no gradient"
+        )
+    return _Rotary.apply(positions, query, key, head_size, cos_sin_cache, is_neox)

@@ -24,6 +24,8 @@ __all__ = [
     "rotary_embedding",
     "silu_and_mul",
     "swiglu",
+    "top_k_top_p_sample",
+    "topk_softmax",
 ]
 
 
@@ -165,3 +167,59 @@ def apply_rotary_embedding(
             "apply_rotary_embedding: cos_sin_cache is a constant table; it gets no gradient"
         )
     return _Rotary.apply(positions, query, key, head_size, cos_sin_cache, is_neox)
+
+
+def topk_softmax(
+    gating_output: torch.Tensor,
+    topk: int,
+    renormalize: bool = False,
+    bias: torch.Tensor | None = None,
+    is_padding: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mixture-of-experts routing (vLLM's ``topk_softmax``).
+
+    ``gating_output`` is ``[tokens, experts]`` (float16, bfloat16, float32).
+    Per token: the softmax of the logits in float, the ``topk`` experts with
+    the largest softmax + ``bias`` (float32 ``[experts]``; it moves the
+    choice, not the weights; ties go to the lower expert). Returns
+    ``(weights, indices, token_expert_indices)``, each ``[tokens, topk]``:
+    float32 softmax values (renormalized to sum 1 with ``renormalize``),
+    int32 expert ids (-1 on ``is_padding`` tokens) and int32 ``k * tokens +
+    t``. Differentiable in ``gating_output`` through the weights.
+    """
+    weights, indices, token_expert = torch.ops.infini.topk_softmax(
+        gating_output, topk, renormalize, bias, is_padding
+    )
+    return weights, indices, token_expert
+
+
+def _per_row(value: int | float | torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    return torch.tensor([value], dtype=dtype)
+
+
+def top_k_top_p_sample(
+    logits: torch.Tensor,
+    top_k: int | torch.Tensor | None = None,
+    top_p: float | torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Samples one token id per row of ``logits`` ``[batch, vocabulary]``.
+
+    InfiniOps' sampler: keep the ``top_k`` largest logits (``<= 0``: all),
+    then the shortest prefix of those whose probabilities, renormalized over
+    them, reach ``top_p`` (``<= 0`` or ``>= 1``: no top-p), and draw from the
+    softmax over what is kept. ``top_k`` / ``top_p`` are numbers or tensors
+    ``[1]`` / ``[batch]``. No temperature: divide the logits first. One
+    uniform per row comes from the logits' device generator (or
+    ``generator``), so ``torch.manual_seed`` reproduces the ids. Returns int64
+    ``[batch]`` on the logits' device.
+    """
+    return torch.ops.infini.top_k_top_p_sample(
+        logits,
+        _per_row(top_k, torch.int64),
+        _per_row(top_p, torch.float64),
+        generator=generator,
+    )

@@ -118,6 +118,7 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::addmm.out": "out= variant",
     "aten::cat.out": "out= variant",
     "aten::randperm.generator_out": "a factory: no tensor input",
+    "infini::top_k_top_p_sample": "returns token ids (int64): nothing to differentiate",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",
     "aten::bernoulli.out": "out= variant",

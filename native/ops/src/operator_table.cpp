@@ -86,6 +86,9 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"infini::silu_and_mul", "fused", Op::SiluAndMul},
       {"infini::swiglu", "fused", Op::Swiglu},
       {"infini::causal_softmax", "fused", Op::CausalSoftmax},
+      // The sampler draws on the device generator, selects on the host
+      // (fused_sampler.cpp): every floating dtype of logits.
+      {"infini::top_k_top_p_sample", "random", std::nullopt, floatingDtype},
   };
   return table;
 }

@@ -1,5 +1,6 @@
-// Elementwise operators: add, sub, mul (Tensor, in-place, out=), relu, silu
-// (out-of-place, in-place, out=), fill_ and zero_.
+// Elementwise operators: add, sub, mul (Tensor, in-place, out=), the unary
+// operators declared in unary_operators.h (relu, silu: out-of-place,
+// in-place, out=), fill_ and zero_.
 //
 // Output geometry, broadcasting, memory overlap and out= resizing follow
 // TensorIterator exactly (it is built for its checks and output allocation
@@ -16,6 +17,7 @@
 
 #include "bridge.h"
 #include "fallback.h"
+#include "unary_operators.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -248,14 +250,16 @@ at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor&
   return binaryInto("mul.out", Op::Mul, out, self, other, 1);
 }
 
-// -------------------------------------------------------------- relu, silu
+// ------------------------------------------ unary operators (unary_operators.h)
 
 using UnaryKernel = void (KernelProvider::*)(const TensorRef&, const TensorRef&,
                                              runtime::StreamHandle);
 
+enum class OutResize { kIteratorOut, kContiguousOut };
+
 // Computes into `out` (undefined: a new tensor) and returns the result.
 at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
-                       const at::Tensor& out) {
+                       const at::Tensor& out, OutResize resize) {
   checkInfiniTensor(name, "input", self);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
@@ -263,42 +267,36 @@ at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Te
     checkOutDtype(name, out, self.scalar_type());
   }
   requireKernel(name, op, self.scalar_type());
+  // Kernels that are not TensorIterator ops on the CPU (relu.out) resize an
+  // empty out contiguously, not to the input's layout.
+  if (resize == OutResize::kContiguousOut && out.defined() && out.numel() == 0) {
+    at::Tensor resized = out;
+    at::native::resize_output(resized, self.sizes());
+  }
   at::Tensor result = elementwiseOutput(out, {self});
   if (result.numel() > 0) (kernels().*kernel)(toRef(result), toRef(self), streamOf(result));
   return result;
 }
 
-at::Tensor& unaryInto(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
-                      at::Tensor& out) {
-  unaryKernel(name, op, kernel, self, out);
-  return out;
-}
-
-at::Tensor unary(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self) {
-  return unaryKernel(name, op, kernel, self, at::Tensor());
-}
-
-at::Tensor relu(const at::Tensor& self) {
-  return unary("relu", Op::Relu, &KernelProvider::relu, self);
-}
-at::Tensor& relu_(at::Tensor& self) {
-  return unaryInto("relu_", Op::Relu, &KernelProvider::relu, self, self);
-}
-at::Tensor& relu_out(const at::Tensor& self, at::Tensor& out) {
-  // PyTorch's relu.out resizes out contiguously (it is not a TensorIterator
-  // op on the CPU), so an empty out does not take the input's layout.
-  if (out.numel() == 0) at::native::resize_output(out, self.sizes());
-  return unaryInto("relu.out", Op::Relu, &KernelProvider::relu, self, out);
-}
-at::Tensor silu(const at::Tensor& self) {
-  return unary("silu", Op::Silu, &KernelProvider::silu, self);
-}
-at::Tensor& silu_(at::Tensor& self) {
-  return unaryInto("silu_", Op::Silu, &KernelProvider::silu, self, self);
-}
-at::Tensor& silu_out(const at::Tensor& self, at::Tensor& out) {
-  return unaryInto("silu.out", Op::Silu, &KernelProvider::silu, self, out);
-}
+// name, name_ and name.out of each declared unary operator.
+#define TORCH_INFINI_DEFINE_UNARY(name, seam, method, resize)                                     \
+  struct name##_unary {                                                                           \
+    static at::Tensor functional(const at::Tensor& self) {                                        \
+      return unaryKernel(#name, Op::seam, &KernelProvider::method, self, at::Tensor(),            \
+                         OutResize::resize);                                                      \
+    }                                                                                             \
+    static at::Tensor& inplace(at::Tensor& self) {                                                \
+      unaryKernel(#name "_", Op::seam, &KernelProvider::method, self, self,                       \
+                  OutResize::kIteratorOut);                                                       \
+      return self;                                                                                \
+    }                                                                                             \
+    static at::Tensor& out(const at::Tensor& self, at::Tensor& out) {                             \
+      unaryKernel(#name ".out", Op::seam, &KernelProvider::method, self, out, OutResize::resize); \
+      return out;                                                                                 \
+    }                                                                                             \
+  };
+TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_DEFINE_UNARY)
+#undef TORCH_INFINI_DEFINE_UNARY
 
 // ------------------------------------------------------------ fill, zero
 
@@ -376,12 +374,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.Tensor", mul_Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul_.Tensor", mul__Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(m, "mul.out", mul_out);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu", relu);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu_", relu_);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "relu.out", relu_out);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu", silu);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu_", silu_);
-  TORCH_INFINI_IMPL_OR_FALLBACK(m, "silu.out", silu_out);
+#define TORCH_INFINI_REGISTER_UNARY(name, seam, method, resize)                                  \
+  m.impl(#name, TORCH_FN((OrCpuFallback<at::_ops::name, &name##_unary::functional>::call)));     \
+  m.impl(#name "_", TORCH_FN((OrCpuFallback<at::_ops::name##_, &name##_unary::inplace>::call))); \
+  m.impl(#name ".out", TORCH_FN((OrCpuFallback<at::_ops::name##_out, &name##_unary::out>::call)));
+  TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_REGISTER_UNARY)
+#undef TORCH_INFINI_REGISTER_UNARY
   m.impl("fill_.Scalar", fill_Scalar);
   m.impl("fill_.Tensor", fill_Tensor);
   m.impl("zero_", zero_);

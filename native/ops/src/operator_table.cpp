@@ -1,6 +1,7 @@
 #include "torch_infini/ops/operator_table.h"
 
 #include "random_dtypes.h"
+#include "unary_operators.h"
 
 namespace torch_infini::ops {
 const std::vector<OperatorEntry>& bridgeOperators() {
@@ -38,12 +39,12 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::mul.Tensor", "elementwise", Op::Mul},
       {"aten::mul_.Tensor", "elementwise", Op::Mul},
       {"aten::mul.out", "elementwise", Op::Mul},
-      {"aten::relu", "activation", Op::Relu},
-      {"aten::relu_", "activation", Op::Relu},
-      {"aten::relu.out", "activation", Op::Relu},
-      {"aten::silu", "activation", Op::Silu},
-      {"aten::silu_", "activation", Op::Silu},
-      {"aten::silu.out", "activation", Op::Silu},
+  // The unary operators' three schemas each (unary_operators.h).
+#define TORCH_INFINI_UNARY_ENTRIES(name, seam, method, resize)                            \
+  {"aten::" #name, "activation", Op::seam}, {"aten::" #name "_", "activation", Op::seam}, \
+      {"aten::" #name ".out", "activation", Op::seam},
+      TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_UNARY_ENTRIES)
+#undef TORCH_INFINI_UNARY_ENTRIES
       // Concatenation (cat.cpp).
       {"aten::cat", "shape", Op::Cat},
       {"aten::cat.out", "shape", Op::Cat},

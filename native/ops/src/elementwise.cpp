@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "bridge.h"
 #include "fallback.h"
@@ -95,34 +96,77 @@ bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
 
 bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
-// float16/bfloat16 times a CPU scalar on the right: PyTorch's CPU mul reads
-// that scalar unrounded in float (x * 1e5 with x = 1e-3 is 100, not inf),
-// which the seam's mulScalar does. A scalar on the left takes the generic
-// path on the CPU too (rounded to the tensor's dtype first).
-bool mulByScalarOperand(Op op, const at::Tensor& self, const at::Tensor& other) {
-  return op == Op::Mul && isInfini(self) && isCpuScalar(other) &&
-         isReducedFloat(self.scalar_type()) && at::result_type(self, other) == self.scalar_type();
+// A CPU scalar operand on the right (a Python number: `x * 0.5`, `x + 1`)
+// that does not promote. PyTorch's CPU mul reads it unrounded in float for
+// float16/bfloat16 (x * 1e5 with x = 1e-3 is 100, not inf), which the seam's
+// binaryScalar does. A scalar on the left takes the generic path on the CPU
+// too (rounded to the tensor's dtype first).
+// The value of a 0-dim CPU tensor without a dispatch for the common
+// wrapped-number types.
+at::Scalar scalarValue(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kDouble:
+      return *t.const_data_ptr<double>();
+    case at::kLong:
+      return *t.const_data_ptr<int64_t>();
+    case at::kBool:
+      return *t.const_data_ptr<bool>();
+    default:
+      return t.item();
+  }
 }
 
-at::Tensor mulScalarKernel(const char* name, const at::Tensor& out, const at::Tensor& self,
-                           const at::Tensor& other) {
-  requireKernel(name, Op::Mul, self.scalar_type());
+bool scalarOperandCall(const at::Tensor& self, const at::Tensor& other) {
+  return isInfini(self) && isCpuScalar(other) && at::result_type(self, other) == self.scalar_type();
+}
+
+// out = self (op) scalar where the provider takes the scalar as it is
+// (scalarOperand): no device tensor is made for it. Float16/bfloat16 mul
+// must get it unrounded: a provider that cannot refuses (to the fallback).
+// nullopt: the generic path (the scalar taken to the device first).
+std::optional<at::Tensor> scalarOperandKernel(const char* name, Op op, const at::Tensor& out,
+                                              const at::Tensor& self, const at::Tensor& other,
+                                              const at::Scalar& alpha) {
+  const c10::ScalarType dtype = self.scalar_type();
+  requireKernel(name, op, dtype);
+  KernelProvider& k = kernels();
+  if (!k.scalarOperand(op, dtype)) {
+    TORCH_CHECK_NOT_IMPLEMENTED(op != Op::Mul || !isReducedFloat(dtype), name, ": ", dtype,
+                                " times a Python number takes the number unrounded on the CPU, "
+                                "which the '",
+                                k.name(), "' kernel provider cannot do");
+    return std::nullopt;
+  }
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
     checkSameDevice(self, out);
-    checkOutDtype(name, out, self.scalar_type());
+    checkOutDtype(name, out, dtype);
   }
-  const at::Scalar scalar = other.item();  // in its own type, unrounded
+  const at::Scalar scalar = scalarValue(other);  // in its own type, unrounded
+  if (self.is_non_overlapping_and_dense() && (!out.defined() || sameLayoutOperands(out, self))) {
+    // One dense operand: the result takes its geometry, which is what
+    // TensorIterator computes for it (as in binaryKernel's fast path).
+    if (out.defined() && !out.is_same(self) && out.storage().is_alias_of(self.storage()))
+      at::assert_no_partial_overlap(out, self);
+    at::Tensor result =
+        out.defined() ? out : emptyLike(self, currentStreamIdUnchecked(self.device().index()));
+    if (result.numel() == 0) return result;
+    k.binaryScalar(op, toRef(result), toRef(self), scalar, alpha.toDouble(), streamOf(result));
+    return result;
+  }
   at::Tensor result = elementwiseOutput(out, {self});
   if (result.numel() == 0) return result;
-  kernels().mulScalar(toRef(result), expandedRef(self, result.sizes()), scalar, streamOf(result));
+  k.binaryScalar(op, toRef(result), expandedRef(self, result.sizes()), scalar, alpha.toDouble(),
+                 streamOf(result));
   return result;
 }
 
 // Computes into `out` (undefined: a new tensor) and returns the result.
 at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
                         const at::Tensor& other, const at::Scalar& alpha) {
-  if (mulByScalarOperand(op, self, other)) return mulScalarKernel(name, out, self, other);
+  if (scalarOperandCall(self, other)) {
+    if (auto result = scalarOperandKernel(name, op, out, self, other, alpha)) return *result;
+  }
   if (sameLayoutOperands(self, other) && (!out.defined() || sameLayoutOperands(out, self))) {
     // Fast path (most model code): same-shape dense operands and out= in
     // one layout, one dtype, one device. The result takes their geometry,

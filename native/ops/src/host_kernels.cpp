@@ -64,6 +64,36 @@ class Aliases {
 
 thread_local Aliases aliases;
 
+// `value` as the 0-dim wrapped-number CPU tensor PyTorch makes of a Python
+// number operand (double, int64, bool or complex double), one kept per type
+// and thread and refilled per call.
+const at::Tensor& wrappedNumber(const c10::Scalar& value) {
+  thread_local std::array<at::Tensor, 4> kept;
+  const size_t slot = value.isFloatingPoint()   ? 0
+                      : value.isIntegral(false) ? 1
+                      : value.isBoolean()       ? 2
+                                                : 3;
+  at::Tensor& t = kept[slot];
+  if (!t.defined()) {
+    t = at::native::wrapped_scalar_tensor(value);
+    return t;
+  }
+  switch (slot) {
+    case 0:
+      *t.mutable_data_ptr<double>() = value.toDouble();
+      break;
+    case 1:
+      *t.mutable_data_ptr<int64_t>() = value.toLong();
+      break;
+    case 2:
+      *t.mutable_data_ptr<bool>() = value.toBool();
+      break;
+    default:
+      *t.mutable_data_ptr<c10::complex<double>>() = value.toComplexDouble();
+  }
+  return t;
+}
+
 // A binary CPU structured kernel run over same-dtype views of the output's
 // shape. Its impl() is what at::cpu::*_out runs after the structured meta
 // step; the meta step's checks (overlap, resizing, type promotion) are the
@@ -71,6 +101,7 @@ thread_local Aliases aliases;
 template <typename Structured>
 class OnViews final : public Structured {
  public:
+  // Same-dtype operands of the output's shape.
   OnViews(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) : out_(out) {
     at::TensorIteratorConfig config;
     config.set_check_mem_overlap(false)
@@ -78,6 +109,23 @@ class OnViews final : public Structured {
         .add_output(out)
         .add_const_input(a)
         .add_const_input(b);
+    this->build(config);
+  }
+  // `a` and a wrapped number `scalar`, typed as ATen's binary operators type
+  // them (the scalar converted as the CPU converts it).
+  struct WithScalar {};
+  OnViews(WithScalar, const at::Tensor& out, const at::Tensor& a, const at::Tensor& scalar)
+      : out_(out) {
+    at::TensorIteratorConfig config;
+    config.set_check_mem_overlap(false)
+        .resize_outputs(false)
+        .allow_cpu_scalars(true)
+        .promote_inputs_to_common_dtype(true)
+        .cast_common_dtype_to_outputs(true)
+        .enforce_safe_casting_to_output(true)
+        .add_output(out)
+        .add_const_input(a)
+        .add_const_input(scalar);
     this->build(config);
   }
   const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
@@ -167,15 +215,30 @@ class HostKernels final : public KernelProvider {
         out, a, b);
   }
 
-  void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
-                 runtime::StreamHandle stream) override {
+  // Every dtype the operator takes: the CPU's own kernel with a wrapped
+  // number, which is what `x * 0.5` and `x + 1` hand the CPU.
+  bool scalarOperand(Op op, c10::ScalarType dtype) const override {
+    return (op == Op::Add || op == Op::Mul) && supports(op, dtype);
+  }
+
+  void binaryScalar(Op op, const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                    double alpha, runtime::StreamHandle stream) override {
     submit(
         stream,
-        [scalar](const TensorRef& o_ref, const TensorRef& x_ref) {
+        [op, scalar, alpha](const TensorRef& o_ref, const TensorRef& x_ref) {
           Aliases& al = aliases;
-          at::Tensor o = al(o_ref, 0);
-          // A wrapped number, exactly what `x * scalar` hands the CPU kernel.
-          at::mul_out(o, al(x_ref, 1), at::native::wrapped_scalar_tensor(scalar));
+          const at::Tensor& o = al(o_ref, 0);
+          const at::Tensor& x = al(x_ref, 1);
+          const at::Tensor& wrapped = wrappedNumber(scalar);
+          if (op == Op::Mul) {
+            using Kernel = OnViews<at::native::structured_mul_out>;
+            Kernel kernel(Kernel::WithScalar{}, o, x, wrapped);
+            kernel.impl(x, wrapped, o);
+          } else {
+            using Kernel = OnViews<at::native::structured_ufunc_add_CPU>;
+            Kernel kernel(Kernel::WithScalar{}, o, x, wrapped);
+            kernel.impl(x, wrapped, scalarFor(o_ref.dtype, alpha), o);
+          }
         },
         out, x);
   }

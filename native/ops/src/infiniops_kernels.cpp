@@ -145,8 +145,17 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
-  void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
-                 runtime::StreamHandle stream) override {
+  // x * scalar for float16/bfloat16 only, through Add (below); other scalar
+  // operands reach the device as tensors.
+  bool scalarOperand(Op op, c10::ScalarType dtype) const override {
+    return op == Op::Mul &&
+           (dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16) &&
+           supports(Op::Add, dtype);
+  }
+
+  void binaryScalar(Op op, const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                    double /*alpha*/, runtime::StreamHandle stream) override {
+    TORCH_INTERNAL_ASSERT(op == Op::Mul, "infiniops: binaryScalar serves mul only");
     countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_ADD
     // InfiniOps has no scalar multiply; Add computes a + alpha * b in float

@@ -42,8 +42,8 @@ enum class Op : uint8_t {
   Copy,           // same-dtype strided copy, dst and src of equal shape
   Cast,           // strided copy converting between dtypes (both must be supported)
   Fill,           // dst[...] = value
-  Add,            // out = a + alpha * b
-  Mul,            // out = a * b; also out = x * scalar (mulScalar)
+  Add,            // out = a + alpha * b; also out = x + alpha * scalar (binaryScalar)
+  Mul,            // out = a * b; also out = x * scalar (binaryScalar)
   Gemm,           // out = alpha * a @ b, 2-D or batched 3-D
   Relu,           // out = max(x, 0)
   Silu,           // out = x * sigmoid(x)
@@ -79,11 +79,15 @@ class KernelProvider {
                    runtime::StreamHandle stream) = 0;
   virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
                    runtime::StreamHandle stream) = 0;
-  // out = x * scalar for float16/bfloat16 x (supported with Op::Mul), the
-  // scalar applied unrounded in float: PyTorch's CPU mul by a scalar operand
-  // (1e-3 * 1e5 is 100, not inf; -0.0 * 0.5 is -0.0).
-  virtual void mulScalar(const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
-                         runtime::StreamHandle stream) = 0;
+  // out = x * scalar (Op::Mul) or x + alpha * scalar (Op::Add) where
+  // scalarOperand(op, x.dtype): the scalar applied as PyTorch's CPU kernels
+  // apply a Python number operand, in the operator's math type (float16 and
+  // bfloat16: unrounded, in float: 1e-3 * 1e5 is 100, not inf; -0.0 * 0.5 is
+  // -0.0). The bridge takes other scalar operands to the device first.
+  virtual bool scalarOperand(Op op, c10::ScalarType dtype) const = 0;
+  virtual void binaryScalar(Op op, const TensorRef& out, const TensorRef& x,
+                            const c10::Scalar& scalar, double alpha,
+                            runtime::StreamHandle stream) = 0;
   // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
   // stride in one of the last two dimensions.
   // out = alpha * a @ b + beta * c, c (2-D only) broadcast to out's shape.

@@ -5,7 +5,9 @@
 # INFINI_OPS_LIBRARY_DIRS, CMAKE_PREFIX_PATH.
 #
 # Result: target InfiniOps::infiniops (linking InfiniRT::infinirt),
-# InfiniOps_FOUND, InfiniOps_OPERATORS (operators the library instantiates).
+# InfiniOps_FOUND, InfiniOps_OPERATORS (operators the library instantiates),
+# InfiniOps_ACTIVE_IMPLEMENTATIONS (it exports which implementation slots
+# each operator has per device type: asked at run time).
 include(FindPackageHandleStandardArgs)
 
 foreach(_v INFINI_OPS_PREFIX INFINI_OPS_INCLUDE_DIRS INFINI_OPS_LIBRARY_DIRS)
@@ -23,6 +25,7 @@ find_library(InfiniOps_LIBRARY infiniops
 
 # Which operators the installed library was built with (its allowlist).
 set(InfiniOps_OPERATORS "")
+set(InfiniOps_ACTIVE_IMPLEMENTATIONS FALSE)
 set(_ti_inst "${InfiniOps_INCLUDE_DIR}/infini/operator_call_instantiations.h")
 if(InfiniOps_INCLUDE_DIR AND EXISTS "${_ti_inst}")
   file(STRINGS "${_ti_inst}" _ti_lines REGEX "Operator<::infini::ops::[A-Za-z]+>::Call<")
@@ -31,6 +34,12 @@ if(InfiniOps_INCLUDE_DIR AND EXISTS "${_ti_inst}")
     list(APPEND InfiniOps_OPERATORS "${CMAKE_MATCH_1}")
   endforeach()
   list(REMOVE_DUPLICATES InfiniOps_OPERATORS)
+  # Newer InfiniOps select implementation slots per operator (ops.json) and
+  # export which ones each operator has per device type.
+  file(STRINGS "${_ti_inst}" _ti_active REGEX "active_implementation_indices")
+  if(_ti_active)
+    set(InfiniOps_ACTIVE_IMPLEMENTATIONS TRUE)
+  endif()
 endif()
 
 find_package_handle_standard_args(InfiniOps

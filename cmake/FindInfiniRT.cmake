@@ -53,3 +53,46 @@ if(InfiniRT_FOUND AND CUDA_INCLUDE_DIRS)
   set_property(TARGET InfiniRT::infinirt APPEND PROPERTY
     INTERFACE_INCLUDE_DIRECTORIES "${CUDA_INCLUDE_DIRS}")
 endif()
+
+# The device types this InfiniRT defines must all be ones torch-infini has a
+# capability policy for (native/runtime/src/infinirt_capabilities.h): an
+# InfiniRT newer than the tested releases stops here, naming what is new,
+# rather than deep in a header.
+set(TORCH_INFINI_TESTED_INFINIRT "95c70080 (pinned) and a38977e")
+set(_ti_known_types Cpu Nvidia Cambricon Ascend Metax Moore Iluvatar Hygon Thead Mars)
+if(InfiniRT_FOUND)
+  set(_ti_device_h "")
+  foreach(_dir IN LISTS InfiniRT_INCLUDE_DIR)
+    if(EXISTS "${_dir}/infini/rt/detail/device.h")
+      set(_ti_device_h "${_dir}/infini/rt/detail/device.h")
+      break()
+    endif()
+  endforeach()
+  if(_ti_device_h)
+    file(STRINGS "${_ti_device_h}" _ti_enum REGEX "^ *k[A-Za-z]+ = [0-9]+,")
+    set(_ti_types "")
+    foreach(_line IN LISTS _ti_enum)
+      string(REGEX MATCH "k([A-Za-z]+) = " _m "${_line}")
+      list(APPEND _ti_types "${CMAKE_MATCH_1}")
+    endforeach()
+    set(_ti_unknown "")
+    foreach(_t IN LISTS _ti_types)
+      if(NOT _t IN_LIST _ti_known_types)
+        list(APPEND _ti_unknown "k${_t}")
+      endif()
+    endforeach()
+    if(_ti_unknown)
+      list(JOIN _ti_unknown ", " _ti_unknown)
+      message(FATAL_ERROR
+        "torch-infini: the InfiniRT at ${InfiniRT_INCLUDE_DIR} defines device types torch-infini "
+        "has no capability policy for: ${_ti_unknown}. Tested InfiniRT releases: "
+        "${TORCH_INFINI_TESTED_INFINIRT}. Use one of them, or add the types to "
+        "native/runtime/src/infinirt_capabilities.h from InfiniRT's docs/backends.md.")
+    endif()
+    set(InfiniRT_DEVICE_TYPES "${_ti_types}")
+  else()
+    message(WARNING "torch-infini: no infini/rt/detail/device.h under ${InfiniRT_INCLUDE_DIR}; "
+                    "cannot check InfiniRT's device types against the tested releases "
+                    "(${TORCH_INFINI_TESTED_INFINIRT})")
+  endif()
+endif()

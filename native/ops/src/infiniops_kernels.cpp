@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <infini/ops.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -58,38 +59,82 @@ std::optional<DataType> toInfini(c10::ScalarType dtype) {
   }
 }
 
-// Operators present in the installed libinfiniops (its allowlist).
-bool linked(Op op) {
+// Implementation index 0 (what this provider calls) of `Class` is in the
+// installed library for device type `type`. An InfiniOps that exports which
+// implementations its build selected (its ops.json, at a38977e-era heads)
+// is asked; the pinned one selects whole operators only, so an instantiated
+// operator has all of its implementations.
+template <class Class>
+bool slotZeroActive([[maybe_unused]] DeviceType type) {
+#if TORCH_INFINI_OPS_HAS_ACTIVE_IMPLEMENTATIONS
+  // The library's instantiation, called through a pointer the optimizer
+  // cannot see through: the member is defined in InfiniOps' header, and an
+  // inlined copy would answer from this translation unit, which includes
+  // none of InfiniOps' device or implementation headers (so: nothing).
+  static std::vector<std::size_t> (*volatile const query)(DeviceType) =
+      &Class::active_implementation_indices;
+  const std::vector<std::size_t> active = query(type);
+  return std::find(active.begin(), active.end(), std::size_t{0}) != active.end();
+#else
+  return true;
+#endif
+}
+
+// Operators the installed libinfiniops instantiates (its allowlist or
+// ops.json) with implementation index 0 for `type`.
+bool instantiated(Op op, DeviceType type) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu
   switch (op) {
+#if TORCH_INFINI_OPS_HAS_ADD
     case Op::Add:
-      return TORCH_INFINI_OPS_HAS_ADD;
+      return slotZeroActive<infini::ops::Add>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_MUL
     case Op::Mul:
-      return TORCH_INFINI_OPS_HAS_MUL;
+      return slotZeroActive<infini::ops::Mul>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_GEMM
     case Op::Gemm:
-      return TORCH_INFINI_OPS_HAS_GEMM;
+      return slotZeroActive<infini::ops::Gemm>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_RELU
     case Op::Relu:
-      return TORCH_INFINI_OPS_HAS_RELU;
+      return slotZeroActive<infini::ops::Relu>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_SILU
     case Op::Silu:
-      return TORCH_INFINI_OPS_HAS_SILU;
+      return slotZeroActive<infini::ops::Silu>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_RMS_NORM
     case Op::RmsNorm:
-      return TORCH_INFINI_OPS_HAS_RMS_NORM;
+      return slotZeroActive<infini::ops::RmsNorm>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_CAST
     case Op::Copy:
     case Op::Cast:
-      return TORCH_INFINI_OPS_HAS_CAST;
+      return slotZeroActive<infini::ops::Cast>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_SILU_AND_MUL
     case Op::SiluAndMul:
-      return TORCH_INFINI_OPS_HAS_SILU_AND_MUL;
+      return slotZeroActive<infini::ops::SiluAndMul>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_SWIGLU
     case Op::Swiglu:
-      return TORCH_INFINI_OPS_HAS_SWIGLU;
+      return slotZeroActive<infini::ops::Swiglu>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX
     case Op::CausalSoftmax:
-      return TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX;
+      return slotZeroActive<infini::ops::CausalSoftmax>(type);
+#endif
+#if TORCH_INFINI_OPS_HAS_CAT
     case Op::Cat:
-      return TORCH_INFINI_OPS_HAS_CAT;
-    case Op::Fill:
-    case Op::Random:
-    case Op::kCount:
-      break;
+      return slotZeroActive<infini::ops::Cat>(type);
+#endif
+    default:
+      return false;
   }
-  return false;
+#pragma GCC diagnostic pop
 }
 
 class InfiniOpsKernels final : public KernelProvider {
@@ -105,8 +150,7 @@ class InfiniOpsKernels final : public KernelProvider {
   // what torch-infini refuses of it, for the operators the installed library
   // instantiates and the dtypes InfiniOps has.
   bool supports(Op op, c10::ScalarType dtype) const override {
-    return linked(op) && toInfini(dtype).has_value() &&
-           inMask(native_[static_cast<size_t>(op)], dtype);
+    return toInfini(dtype).has_value() && inMask(native_[static_cast<size_t>(op)], dtype);
   }
 
   bool supportsPeer() const override { return false; }
@@ -330,7 +374,16 @@ class InfiniOpsKernels final : public KernelProvider {
   const std::string name_ = "infiniops";
   runtime::InfiniRtRuntime& runtime_;
   const DeviceType type_;
-  const NativeMasks native_ = nativeMasks(runtime_.name(), /*infinirt_conversions=*/true);
+  const NativeMasks native_ = instantiatedMasks();
+
+  // What declared_support.h says is native here, for the operators the
+  // installed library instantiates with implementation index 0.
+  NativeMasks instantiatedMasks() const {
+    NativeMasks masks = nativeMasks(runtime_.name(), /*infinirt_conversions=*/true);
+    for (size_t op = 0; op < masks.size(); ++op)
+      if (!instantiated(static_cast<Op>(op), type_)) masks[op] = 0;
+    return masks;
+  }
   infini::ops::Config config_;
   std::mutex zeros_mutex_;
   std::unordered_map<int, void*> negative_zeros_;

@@ -35,7 +35,7 @@ struct RandomDraw {
   double b = 0;
   int64_t base = 0;    // Integers
   uint64_t range = 0;  // Integers
-  TensorRef p;         // BernoulliP: probabilities broadcast to the output's shape
+  TensorRef p{};       // BernoulliP: probabilities broadcast to the output's shape
   uint64_t seed = 0;
   uint64_t offset = 0;  // first Philox block
 };

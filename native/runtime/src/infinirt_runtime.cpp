@@ -25,6 +25,18 @@ namespace rt = infini::rt::runtime;
 
 const char* infiniTypeName(InfiniDeviceType type) { return policyFor(type).name; }
 
+void checkPolicyOrder() {
+  for (std::size_t i = 0; i < kInfiniTypeCount; ++i) {
+    const std::string_view infinirt =
+        infini::rt::Device::StringFromType(static_cast<InfiniDeviceType>(i));
+    TORCH_CHECK(infinirt == kInfiniPolicies[i].name, "torch-infini: InfiniRT device type ", i,
+                " is '", infinirt, "', but torch-infini's capability table has '",
+                kInfiniPolicies[i].name,
+                "' there: this InfiniRT orders its device types differently from the tested "
+                "releases (95c70080, a38977e)");
+  }
+}
+
 namespace {
 
 #define TI_INFINIRT_CHECK(call)                                               \
@@ -311,8 +323,10 @@ std::vector<ProviderEntry> compiledProviders(std::index_sequence<I...>) {
 }  // namespace
 
 const std::vector<ProviderEntry>& externalProviders() {
-  static const std::vector<ProviderEntry> providers =
-      compiledProviders(std::make_index_sequence<kInfiniTypeCount>());
+  static const std::vector<ProviderEntry> providers = [] {
+    checkPolicyOrder();
+    return compiledProviders(std::make_index_sequence<kInfiniTypeCount>());
+  }();
   return providers;
 }
 

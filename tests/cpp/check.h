@@ -8,6 +8,11 @@
 #include <exception>
 #include <functional>
 
+// c10's logging headers (pulled in by ATen ones) define a CHECK of their
+// own; the tests mean this one.
+#ifdef CHECK
+#undef CHECK
+#endif
 #define CHECK(cond)                                                                 \
   do {                                                                              \
     if (!(cond)) {                                                                  \

@@ -295,7 +295,11 @@ class InfiniOpsKernels final : public KernelProvider {
                      runtime::StreamHandle stream) override {
     countForeignKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX
+    // Deprecated at InfiniOps 1f6f9c23 (no open-source-aligned successor yet).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     infini::ops::CausalSoftmax::Call(handle(out, stream), config_, view(x), view(out));
+#pragma GCC diagnostic pop
 #else
     unavailable("causal_softmax");
 #endif

@@ -55,12 +55,6 @@ void checkCausalSoftmax(const at::Tensor& x) {
               x.sizes());
 }
 
-namespace {
-
-c10::ScalarType wide(c10::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
-}  // namespace
-
 at::Tensor siluAndMulReference(const at::Tensor& x) {
   checkSiluAndMul(x);
   const int64_t h = x.size(-1) / 2;

@@ -21,17 +21,10 @@
 #include <torch/library.h>
 
 #include "bridge.h"
+#include "fused_reference.h"
 
 namespace torch_infini::ops {
 namespace {
-
-c10::ScalarType wide(c10::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
-// What ADInplaceOrView does for ATen's in-place operators: autograd sees
-// the tensor changed (saved for a backward, it raises there).
-void bumpVersion(const at::Tensor& t) {
-  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
-}
 
 void checkAddRmsNorm(const char* name, const at::Tensor& input, const at::Tensor& residual,
                      const std::optional<at::Tensor>& weight) {

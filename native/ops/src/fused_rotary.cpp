@@ -26,19 +26,12 @@
 #include <torch/library.h>
 
 #include "bridge.h"
+#include "fused_reference.h"
 
 namespace torch_infini::ops {
 namespace {
 
 constexpr const char* kName = "infini::rotary_embedding";
-
-c10::ScalarType wide(c10::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
-// What ADInplaceOrView does for ATen's in-place operators: autograd sees
-// the tensor changed (saved for a backward, it raises there).
-void bumpVersion(const at::Tensor& t) {
-  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
-}
 
 // Heads per token of `t` (query or key), checking its layout.
 int64_t checkHeads(const char* what, const at::Tensor& t, const at::Tensor& positions,

@@ -147,54 +147,55 @@ def build() -> dict[str, Any]:
     }
 
 
-# c10's dtype names as the report spells them, in the order it lists them.
-_DTYPE_NAMES = {
-    "Half": "float16",
-    "BFloat16": "bfloat16",
-    "Float": "float32",
-    "Double": "float64",
-    "Char": "int8",
-    "Short": "int16",
-    "Int": "int32",
-    "Long": "int64",
-    "Byte": "uint8",
-    "UInt16": "uint16",
-    "UInt32": "uint32",
-    "UInt64": "uint64",
-}
-
-
 def _by_backend(operators: list[dict[str, Any]]) -> dict[str, Any]:
     """Per seam operator and backend: the dtypes served natively and those
     refused (with the reason), from InfiniOps' declarations
     (native/ops/src/declared_support.cpp); every other dtype and every
     backend without the operator runs in the CPU fallback."""
+    import torch
     import torch_infini
+    from op_coverage import dtype_name
+    from torch_infini._operators import declarations
 
+    # The order the table lists dtypes in: floating first.
+    order = [
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+    ]
     # Copies and casts serve every dtype (staged through the host where the
     # provider lacks one): not part of this table.
-    rows = [r for r in map(tuple, torch_infini._C._declarations()) if r[0] not in ("copy", "cast")]
-    rows.sort(key=lambda r: list(_DTYPE_NAMES).index(r[3]))
+    rows = [d for d in declarations() if d.op not in ("copy", "cast")]
+    rows.sort(key=lambda d: order.index(d.dtype))
     backends = ["host", *torch_infini._C._infinirt_device_types()]
     result: dict[str, Any] = {}
-    for op, infiniops, device_type, dtype, infinirt_refusal, host_refusal in rows:
+    for d in rows:
         entry = result.setdefault(
-            op,
+            d.op,
             {
-                "infiniops": infiniops,
-                "aten": sorted(o["name"] for o in operators if o["kernel"] == op),
+                "infiniops": d.infiniops,
+                "aten": sorted(o["name"] for o in operators if o["kernel"] == d.op),
                 "backends": {b: {"native": [], "refused": {}} for b in backends},
             },
         )
-        columns = [(device_type, infinirt_refusal)]
-        if device_type == "cpu":
-            columns.append(("host", host_refusal))
+        columns = [(d.device_type, d.infinirt_refusal)]
+        if d.device_type == "cpu":
+            columns.append(("host", d.host_refusal))
         for backend, refusal in columns:
             cell_data = entry["backends"][backend]
             if refusal is None:
-                cell_data["native"].append(_DTYPE_NAMES[dtype])
+                cell_data["native"].append(dtype_name(d.dtype))
             else:
-                cell_data["refused"][_DTYPE_NAMES[dtype]] = refusal
+                cell_data["refused"][dtype_name(d.dtype)] = refusal
     return {"backends": backends, "operators": result}
 
 

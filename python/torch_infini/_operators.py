@@ -30,6 +30,12 @@ _DTYPES: dict[str, torch.dtype] = {
     "ComplexFloat": torch.complex64,
     "ComplexDouble": torch.complex128,
 }
+_C10_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in _DTYPES.items()}
+
+
+def c10_name(dtype: torch.dtype) -> str:
+    """c10's name for ``dtype`` ("Half" for torch.float16), as messages spell it."""
+    return _C10_NAMES[dtype]
 
 
 @dataclass(frozen=True)
@@ -65,3 +71,27 @@ def supported_dtypes(name: str) -> tuple[torch.dtype, ...]:
         if info.name.split(".", 1)[0] == full:
             return info.dtypes
     raise KeyError(f"{name!r} has no infini kernel")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One (seam operator, device type, dtype) InfiniOps declares, and what
+    torch-infini makes of it (native/ops/src/declared_support.cpp)."""
+
+    op: str  # seam operator: "gemm"
+    infiniops: str  # InfiniOps' operator class: "Gemm"
+    device_type: str  # InfiniRT's name: "cpu", "nvidia", ...
+    dtype: torch.dtype
+    infinirt_refusal: str | None  # why the InfiniOps provider refuses it, or None
+    host_refusal: str | None  # why `host` (InfiniOps' cpu column) refuses it, or None
+
+
+def declarations() -> list[Declaration]:
+    """InfiniOps' declarations with torch-infini's refusals, for every device
+    type InfiniRT names (independent of the selected backend)."""
+    return [
+        Declaration(op, infiniops, device_type, _DTYPES[dtype], infinirt_refusal, host_refusal)
+        for op, infiniops, device_type, dtype, infinirt_refusal, host_refusal in (
+            _C._declarations()
+        )
+    ]

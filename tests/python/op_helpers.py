@@ -18,6 +18,7 @@ from infini_testing import (  # noqa: F401  (re-exported for the op tests)
     raises_exactly,
     requires_two_devices,
 )
+from torch_infini._operators import c10_name
 
 DEVICE = "infini"
 
@@ -168,24 +169,6 @@ _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
         "infini::causal_softmax",
     }
 )
-# c10's names for the dtypes, as the refusals spell them.
-_C10_NAMES = {
-    torch.bool: "Bool",
-    torch.uint8: "Byte",
-    torch.int8: "Char",
-    torch.int16: "Short",
-    torch.int32: "Int",
-    torch.int64: "Long",
-    torch.uint16: "UInt16",
-    torch.uint32: "UInt32",
-    torch.uint64: "UInt64",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-}
 
 
 def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
@@ -217,7 +200,7 @@ def expect_kernel(op: str, dtype: torch.dtype) -> Iterator[bool]:
         return
     provider = "host" if torch_infini.backend() == "host" else "infiniops"
     message = (
-        f"dtype {_C10_NAMES[dtype]} is not supported on infini by the '{provider}' kernel "
+        f"dtype {c10_name(dtype)} is not supported on infini by the '{provider}' kernel "
         f"provider ({_seam_kernel(op)} kernel)"
     )
     # With the CPU fallback on, the call would run on the CPU: the refusal

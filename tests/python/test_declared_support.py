@@ -24,23 +24,25 @@ import torch.nn.functional as F
 import torch_infini
 from infini_testing import fallback_off
 from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu, runs_cpu_kernels
+from torch_infini._operators import declarations
 
-# The dtypes a declaration can name, in c10's spelling (the rows' fourth field).
-C10_DTYPES = {
-    "Byte": torch.uint8,
-    "Char": torch.int8,
-    "Short": torch.int16,
-    "Int": torch.int32,
-    "Long": torch.int64,
-    "UInt16": torch.uint16,
-    "UInt32": torch.uint32,
-    "UInt64": torch.uint64,
-    "Half": torch.float16,
-    "BFloat16": torch.bfloat16,
-    "Float": torch.float32,
-    "Double": torch.float64,
-}
-CANDIDATES = (*C10_DTYPES.values(), torch.bool, torch.complex64)
+# Dtypes probed for a refusal, in this order: InfiniOps' dtypes, then two it lacks.
+CANDIDATES = (
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+    torch.complex64,
+)
 
 # One ATen call per seam operator, on tensors of `dtype` on `device`; the
 # names are the operator table's (aten::<name>) for expect_kernel.
@@ -77,10 +79,6 @@ CALLS: dict[str, tuple[str, Call]] = {
 NEVER_REFUSED = {"copy", "cast"}
 
 
-def _declarations() -> list[tuple[str, str, str, str, str | None, str | None]]:
-    return [tuple(row) for row in torch_infini._C._declarations()]
-
-
 def _device_type() -> str:
     backend = torch_infini.backend()
     return "cpu" if backend == "host" else backend
@@ -90,16 +88,16 @@ def _native(op: str) -> set[torch.dtype]:
     """The declared, unrefused dtypes of seam operator ``op`` on this backend."""
     host = torch_infini.backend() == "host"
     return {
-        C10_DTYPES[dtype]
-        for seam, _, device_type, dtype, infinirt_refusal, host_refusal in _declarations()
-        if seam == op
-        and device_type == _device_type()
-        and (host_refusal if host else infinirt_refusal) is None
+        d.dtype
+        for d in declarations()
+        if d.op == op
+        and d.device_type == _device_type()
+        and (d.host_refusal if host else d.infinirt_refusal) is None
     }
 
 
 def test_every_seam_operator_with_a_declaration_has_a_call_here() -> None:
-    declared = {row[0] for row in _declarations()}
+    declared = {d.op for d in declarations()}
     assert declared - NEVER_REFUSED == set(CALLS)
 
 
@@ -112,12 +110,12 @@ def test_the_operator_table_reports_the_declared_dtypes() -> None:
 
 
 def test_refusals_say_why() -> None:
-    for op, infiniops, device_type, dtype, infinirt_refusal, host_refusal in _declarations():
-        for reason in (infinirt_refusal, host_refusal):
-            assert reason is None or len(reason) > 20, (op, device_type, dtype)
-        assert infiniops[0].isupper(), infiniops
-    gemm_double = [r for r in _declarations() if r[0] == "gemm" and r[3] == "Double"]
-    assert gemm_double and all("float" in (r[4] or "") for r in gemm_double)
+    for d in declarations():
+        for reason in (d.infinirt_refusal, d.host_refusal):
+            assert reason is None or len(reason) > 20, (d.op, d.device_type, d.dtype)
+        assert d.infiniops[0].isupper(), d.infiniops
+    gemm_double = [d for d in declarations() if d.op == "gemm" and d.dtype == torch.float64]
+    assert gemm_double and all("float" in (d.infinirt_refusal or "") for d in gemm_double)
 
 
 def _tolerances(dtype: torch.dtype) -> dict[str, float]:

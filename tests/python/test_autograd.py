@@ -44,6 +44,10 @@ CASES: dict[str, GradCase] = {
     "sub_": GradCase("aten::sub_.Tensor", lambda a, b: a.clone().sub_(b, alpha=2), [(3, 4)] * 2),
     "mul": GradCase("aten::mul.Tensor", lambda a, b: a * b, [(3, 4), (3, 4)]),
     "mul_": GradCase("aten::mul_.Tensor", lambda a, b: a.clone().mul_(b), [(3, 4), (3, 4)]),
+    # Python-number operands reach the kernel as scalars (binaryScalar)
+    "mul, add, sub with Python numbers": GradCase(
+        "aten::mul.Tensor", lambda a: (a * 0.5 + 1.0) * (a - 2.0), [(3, 4)]
+    ),
     "relu": GradCase("aten::relu", torch.relu, [(3, 4)]),
     "relu_": GradCase("aten::relu_", lambda a: a.clone().relu_(), [(3, 4)]),
     "silu": GradCase("aten::silu", F.silu, [(3, 4)]),

@@ -4,10 +4,20 @@
 # Hints (CMake cache or environment): INFINI_OPS_PREFIX, INFINI_OPS_INCLUDE_DIRS,
 # INFINI_OPS_LIBRARY_DIRS, CMAKE_PREFIX_PATH.
 #
-# Result: target InfiniOps::infiniops (linking InfiniRT::infinirt),
-# InfiniOps_FOUND, InfiniOps_OPERATORS (operators the library instantiates),
+# Result: target InfiniOps::infiniops (linking InfiniRT::infinirt and the
+# vendor libraries the installed library itself needs), InfiniOps_FOUND,
+# InfiniOps_OPERATORS (operators the library instantiates),
 # InfiniOps_ACTIVE_IMPLEMENTATIONS (it exports which implementation slots
-# each operator has per device type: asked at run time).
+# each operator has per device type: asked at run time),
+# InfiniOps_LINK_DEPENDENCIES (those vendor libraries, as CMake targets) and
+# InfiniOps_LINK_DEPENDENCY_FILES (their files).
+#
+# A vendor build of InfiniOps needs its vendor's libraries (the NVIDIA build:
+# the CUDA runtime, cuBLAS, cuBLASLt), and so does every executable that links
+# libtorch_infini: the linker must resolve them. The library's own list of
+# needed libraries decides which; hints for where they are: CUDAToolkit_ROOT,
+# or CUDA_cublas_LIBRARY / CUDA_cublasLt_LIBRARY for a cuBLAS installed apart
+# from the toolkit (the `nvidia-cublas` wheel).
 include(FindPackageHandleStandardArgs)
 
 foreach(_v INFINI_OPS_PREFIX INFINI_OPS_INCLUDE_DIRS INFINI_OPS_LIBRARY_DIRS)
@@ -45,6 +55,72 @@ endif()
 find_package_handle_standard_args(InfiniOps
   REQUIRED_VARS InfiniOps_LIBRARY InfiniOps_INCLUDE_DIR)
 
+# The libraries libinfiniops itself was linked against (its DT_NEEDED).
+function(_infini_ops_needed_libraries library out)
+  set(_needed "")
+  if(CMAKE_READELF)
+    execute_process(COMMAND "${CMAKE_READELF}" -d "${library}"
+      OUTPUT_VARIABLE _dynamic ERROR_QUIET RESULT_VARIABLE _rc)
+    if(_rc EQUAL 0)
+      string(REGEX MATCHALL "\\(NEEDED\\)[^[]*\\[[^]]+\\]" _entries "${_dynamic}")
+      foreach(_entry IN LISTS _entries)
+        string(REGEX REPLACE ".*\\[([^]]+)\\]" "\\1" _name "${_entry}")
+        list(APPEND _needed "${_name}")
+      endforeach()
+    endif()
+  else()
+    message(WARNING "FindInfiniOps: no readelf found; cannot tell which vendor "
+      "libraries ${library} needs, so executables linking torch-infini may not link")
+  endif()
+  set(${out} "${_needed}" PARENT_SCOPE)
+endfunction()
+
+# The CUDA libraries a needed soname names, as FindCUDAToolkit's targets.
+function(_infini_ops_cuda_target soname out)
+  set(_target "")
+  if(soname MATCHES "^libcudart\\.so")
+    set(_target CUDA::cudart)
+  elseif(soname MATCHES "^libcublasLt\\.so")
+    set(_target CUDA::cublasLt)
+  elseif(soname MATCHES "^libcublas\\.so")
+    set(_target CUDA::cublas)
+  elseif(soname MATCHES "^libcuda\\.so")
+    set(_target CUDA::cuda_driver)
+  endif()
+  set(${out} "${_target}" PARENT_SCOPE)
+endfunction()
+
+set(InfiniOps_LINK_DEPENDENCIES "")
+set(InfiniOps_LINK_DEPENDENCY_FILES "")
+if(InfiniOps_LIBRARY)
+  _infini_ops_needed_libraries("${InfiniOps_LIBRARY}" _ti_needed)
+  foreach(_lib IN LISTS _ti_needed)
+    _infini_ops_cuda_target("${_lib}" _target)
+    list(APPEND InfiniOps_LINK_DEPENDENCIES ${_target})
+  endforeach()
+  if(InfiniOps_LINK_DEPENDENCIES)
+    find_package(CUDAToolkit QUIET)
+    set(_ti_unresolved "")
+    foreach(_target IN LISTS InfiniOps_LINK_DEPENDENCIES)
+      if(TARGET ${_target})
+        get_target_property(_file ${_target} IMPORTED_LOCATION)
+        list(APPEND InfiniOps_LINK_DEPENDENCY_FILES "${_file}")
+      else()
+        list(APPEND _ti_unresolved ${_target})
+      endif()
+    endforeach()
+    if(_ti_unresolved)
+      list(JOIN _ti_needed ", " _ti_needed_text)
+      list(JOIN _ti_unresolved ", " _ti_unresolved)
+      message(FATAL_ERROR "InfiniOps at ${InfiniOps_LIBRARY} is a CUDA build "
+        "(it needs ${_ti_needed_text}), but CMake's FindCUDAToolkit did not find "
+        "${_ti_unresolved}. Set CUDAToolkit_ROOT to the CUDA toolkit, and "
+        "CUDA_cublas_LIBRARY / CUDA_cublasLt_LIBRARY where cuBLAS lies apart from "
+        "it (for example the nvidia-cublas wheel's lib/libcublas.so.13).")
+    endif()
+  endif()
+endif()
+
 if(InfiniOps_FOUND AND NOT TARGET InfiniOps::infiniops)
   add_library(InfiniOps::infiniops SHARED IMPORTED)
   set_target_properties(InfiniOps::infiniops PROPERTIES
@@ -52,5 +128,13 @@ if(InfiniOps_FOUND AND NOT TARGET InfiniOps::infiniops)
     INTERFACE_INCLUDE_DIRECTORIES "${InfiniOps_INCLUDE_DIR}")
   if(TARGET InfiniRT::infinirt)
     set_property(TARGET InfiniOps::infiniops APPEND PROPERTY INTERFACE_LINK_LIBRARIES InfiniRT::infinirt)
+  endif()
+  # libinfiniops links these itself; its consumers' linkers must find them
+  # (CMake then passes their directories as -rpath-link).
+  # FindCUDAToolkit's targets are UNKNOWN IMPORTED, which CMake does not
+  # follow for -rpath-link: give it the files.
+  if(InfiniOps_LINK_DEPENDENCY_FILES)
+    set_property(TARGET InfiniOps::infiniops APPEND PROPERTY
+      IMPORTED_LINK_DEPENDENT_LIBRARIES ${InfiniOps_LINK_DEPENDENCY_FILES})
   endif()
 endif()

@@ -53,6 +53,23 @@ def test_auto_prefers_the_stack_when_present() -> None:
 
 
 @requires_stack
+@pytest.mark.parametrize(
+    "device_type", [t for t in INFINI_TYPES if t in torch_infini.compiled_backends()]
+)
+def test_a_compiled_type_serves_or_fails_the_import_cleanly(device_type: str) -> None:
+    """A type compiled in but without a device (an NVIDIA build on a machine
+    without a GPU or driver) fails the import with the reason: no crash."""
+    result = run_python("import torch_infini; print(torch_infini.backend())", device_type)
+    if result.returncode == 0:
+        assert result.stdout.strip() == device_type
+    else:
+        assert result.returncode == 1, result.stderr
+        assert "ImportError" in result.stderr
+        assert f"TORCH_INFINI_BACKEND={device_type}" in result.stderr
+        assert "InfiniRT reports no device of this type" in result.stderr
+
+
+@requires_stack
 def test_infinirt_cpu_backend_serves_infini_and_matches_cpu() -> None:
     code = (
         "import torch, torch_infini\n"

@@ -1,10 +1,15 @@
-"""Finding InfiniRT: an InfiniRT with device types torch-infini has no
-capability policy for stops at configure time, naming them and the tested
-releases (not deep in a header); the tested enums configure.
+"""Finding the Infini stack.
 
-Each case configures a small CMake project (no compiler) that uses the
-project's cmake/FindInfiniRT.cmake against a fake install: the headers'
-device enum and an empty library file.
+- InfiniRT: an InfiniRT with device types torch-infini has no capability
+  policy for stops at configure time, naming them and the tested releases
+  (not deep in a header); the tested enums configure.
+- InfiniOps: a vendor (CUDA) build's own libraries reach everything that
+  links torch-infini, so an executable linking a library that links InfiniOps
+  links; where they cannot be found, configuration stops and says what to set.
+
+Each case configures a small CMake project that uses the project's
+cmake/Find*.cmake against a fake install: InfiniRT's device enum and an empty
+library file; an InfiniOps library that calls into a fake cuBLAS.
 """
 
 from __future__ import annotations
@@ -75,3 +80,128 @@ def test_an_unknown_device_type_stops_configuration_by_name(tmp_path: Path) -> N
     message = " ".join(result.stderr.split())
     assert "device types torch-infini has no capability policy for: kOrion" in message
     assert "Tested InfiniRT releases: 95c70080 (pinned) and a38977e" in message
+
+
+def _shared_library(cc: str, out: Path, source: str, *link: str, soname: str = "") -> None:
+    src = out.with_suffix(".c")
+    src.write_text(source)
+    flags = [f"-Wl,-soname,{soname}"] if soname else []
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(out), str(src), *flags, *link],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _fake_cuda_infiniops(root: Path) -> tuple[Path, Path]:
+    """libinfiniops.so needing libcublas.so.13 and libcudart.so.13, in lib
+    folders of their own (as the nvidia-cublas wheel's lies apart)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is a build requirement of the project"
+    cuda = root / "cuda"
+    cuda.mkdir(parents=True)
+    _shared_library(
+        cc,
+        cuda / "libcublas.so.13",
+        "int cublasCreate_v2(void) { return 0; }\n",
+        soname="libcublas.so.13",
+    )
+    _shared_library(
+        cc,
+        cuda / "libcudart.so.13",
+        "int cudaFree(void* p) { return 0; }\n",
+        soname="libcudart.so.13",
+    )
+    ops = root / "infiniops"
+    (ops / "include" / "infini").mkdir(parents=True)
+    (ops / "include" / "infini" / "ops.h").write_text("#pragma once\n")
+    (ops / "lib").mkdir()
+    _shared_library(
+        cc,
+        ops / "lib" / "libinfiniops.so",
+        "int cublasCreate_v2(void); int cudaFree(void*);\n"
+        "int infini_ops_probe(void) { return cublasCreate_v2() + cudaFree(0); }\n",
+        "-Wl,--no-as-needed",
+        str(cuda / "libcublas.so.13"),
+        str(cuda / "libcudart.so.13"),
+    )
+    return ops, cuda
+
+
+def _configure_infiniops(
+    tmp_path: Path, cuda_targets: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    cmake = shutil.which("cmake")
+    assert cmake, "cmake is a build requirement of the project"
+    ops, cuda = _fake_cuda_infiniops(tmp_path / "fake")
+    project = tmp_path / "project"
+    project.mkdir()
+    # A library that links InfiniOps privately (as libtorch_infini does) and
+    # an executable that links that library (as a LibTorch app does).
+    (project / "consumer.c").write_text(
+        "int infini_ops_probe(void);\nint consumer(void) { return infini_ops_probe(); }\n"
+    )
+    (project / "app.c").write_text("int consumer(void);\nint main(void) { return consumer(); }\n")
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(probe C)\n"
+        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
+        f"{cuda_targets}"
+        "find_package(InfiniOps REQUIRED)\n"
+        'message(STATUS "needs: ${InfiniOps_LINK_DEPENDENCIES}")\n'
+        "add_library(consumer SHARED consumer.c)\n"
+        "target_link_libraries(consumer PRIVATE InfiniOps::infiniops)\n"
+        "add_executable(app app.c)\n"
+        "target_link_libraries(app PRIVATE consumer)\n"
+    )
+    build = tmp_path / "build"
+    result = subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(project),
+            "-B",
+            str(build),
+            f"-DINFINI_OPS_PREFIX={ops}",
+            # Deterministic on machines with and without a CUDA toolkit: the
+            # project under test supplies (or withholds) the CUDA targets.
+            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return result, cuda
+
+
+def test_a_cuda_infiniops_carries_its_libraries_to_executables(tmp_path: Path) -> None:
+    cuda = tmp_path / "fake" / "cuda"
+    targets = "".join(
+        f"add_library(CUDA::{name} UNKNOWN IMPORTED)\n"
+        f'set_target_properties(CUDA::{name} PROPERTIES IMPORTED_LOCATION "{cuda / file}")\n'
+        for name, file in (("cublas", "libcublas.so.13"), ("cudart", "libcudart.so.13"))
+    )
+    result, _ = _configure_infiniops(tmp_path, targets)
+    assert result.returncode == 0, result.stderr
+    needs = next(line for line in result.stdout.splitlines() if "needs: " in line)
+    assert sorted(needs.split("needs: ")[1].split(";")) == ["CUDA::cublas", "CUDA::cudart"]
+    built = subprocess.run(
+        [shutil.which("cmake") or "cmake", "--build", str(tmp_path / "build")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Before FindInfiniOps carried them: "libcublas.so.13, needed by
+    # libinfiniops.so, not found", then undefined cublasCreate_v2.
+    assert built.returncode == 0, built.stdout + built.stderr
+
+
+def test_a_cuda_infiniops_without_cuda_stops_configuration(tmp_path: Path) -> None:
+    result, _ = _configure_infiniops(tmp_path, "")
+    assert result.returncode != 0
+    message = " ".join(result.stderr.split())
+    assert "is a CUDA build (it needs " in message
+    assert "libcublas.so.13" in message
+    assert "did not find CUDA::cublas, CUDA::cudart" in message
+    assert "CUDA_cublas_LIBRARY" in message

@@ -65,13 +65,13 @@ std::unique_ptr<DeviceRuntime> create(const std::string& name) {
   }
   for (const auto& p : providers) {
     if (p.name != name) continue;
-    TORCH_CHECK(p.probe() > 0, "TORCH_INFINI_BACKEND=", name,
-                ": InfiniRT reports no device of this type");
+    TORCH_CHECK(p.probe() > 0, "infini: backend '", name,
+                "': InfiniRT reports no device of this type (no device, or no driver)");
     return p.make();
   }
   TORCH_CHECK(
-      false, "TORCH_INFINI_BACKEND=", name,
-      " is not a backend of this build; choose auto or one of: ", joined(compiledBackends()));
+      false, "infini: backend '", name,
+      "' is not a backend of this build; choose auto or one of: ", joined(compiledBackends()));
 }
 
 // Every InfiniRT device type, compiled in or not, for precise messages.

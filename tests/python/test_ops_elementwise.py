@@ -3,7 +3,7 @@
 Covers broadcasting, 0-size / 1-element / 0-dim shapes, strided, transposed,
 sliced and permuted (channels_last-like) inputs, output layout (strides as
 TensorIterator computes them on the CPU), in-place into views, out= resizing,
-the dtype table, and the refusals (type promotion, bool/complex, mixed devices).
+the dtype table, and the refusals (out= of another dtype, bool/complex, mixed devices).
 """
 
 from __future__ import annotations
@@ -649,22 +649,18 @@ def test_property_scalar_operands(
         assert_matches(fn(x, s), expected)
 
 
-# ------------------------------------------------------------ type promotion
+# ------------------------------------------------------------ out= dtypes
+
+# Mixed operand dtypes are promoted natively (test_type_promotion.py). An out=
+# tensor of another dtype than the result's is not: the kernel computes in the
+# result dtype only, and the call runs in the CPU fallback.
 
 
 def _operand(dtype: torch.dtype, device: str, seed: int = 30) -> torch.Tensor:
     return make_cpu((3,), dtype, seed=seed).to(device)
 
 
-# Mixed dtypes: the native kernels refuse them (no type promotion on infini).
-PROMOTIONS: dict[str, Callable[[str], torch.Tensor]] = {
-    "float32 + float64": lambda d: _operand(torch.float32, d) + _operand(torch.float64, d, 31),
-    "float16 * float32": lambda d: _operand(torch.float16, d) * _operand(torch.float32, d, 31),
-    "int32 + int64": lambda d: _operand(torch.int32, d) + _operand(torch.int64, d, 31),
-    "uint8 * int8": lambda d: _operand(torch.uint8, d) * _operand(torch.int8, d, 31),
-    "int tensor * 0.5": lambda d: _operand(torch.int32, d) * 0.5,
-    "int tensor + cpu 0-dim float": lambda d: _operand(torch.int64, d) + torch.tensor(0.5),
-    "int64 + float32": lambda d: _operand(torch.int64, d) + _operand(torch.float32, d, 31),
+OUT_OF_ANOTHER_DTYPE: dict[str, Callable[[str], torch.Tensor]] = {
     "add out float64": lambda d: torch.add(
         _operand(torch.float32, d),
         _operand(torch.float32, d, 31),
@@ -679,17 +675,17 @@ PROMOTIONS: dict[str, Callable[[str], torch.Tensor]] = {
 
 
 @fallback_off
-@pytest.mark.parametrize("case", list(PROMOTIONS), ids=str)
-def test_type_promotion_refused(case: str) -> None:
-    with pytest.raises(NotImplementedError, match="promotion"):
-        PROMOTIONS[case](DEVICE)
+@pytest.mark.parametrize("case", list(OUT_OF_ANOTHER_DTYPE), ids=str)
+def test_out_of_another_dtype_refused(case: str) -> None:
+    with pytest.raises(NotImplementedError, match="takes no mixed dtypes"):
+        OUT_OF_ANOTHER_DTYPE[case](DEVICE)
 
 
-@pytest.mark.parametrize("case", list(PROMOTIONS), ids=str)
-def test_type_promotion_falls_back_to_the_cpu(case: str) -> None:
+@pytest.mark.parametrize("case", list(OUT_OF_ANOTHER_DTYPE), ids=str)
+def test_out_of_another_dtype_falls_back_to_the_cpu(case: str) -> None:
     with torch_infini.cpu_fallback.allowed("silent"):
-        result = PROMOTIONS[case](DEVICE)
-    assert_matches(result, PROMOTIONS[case]("cpu"), exact=True)
+        result = OUT_OF_ANOTHER_DTYPE[case](DEVICE)
+    assert_matches(result, OUT_OF_ANOTHER_DTYPE[case]("cpu"), exact=True)
 
 
 def test_integer_alpha_rules_as_pytorch() -> None:

@@ -95,12 +95,10 @@ inline void checkInfiniTensor(const char* aten_op, const char* arg, const at::Te
 // Raises NotImplementedError unless `dtype` is the only dtype involved.
 inline void requireSameDtype(const char* aten_op, c10::ScalarType expected, c10::ScalarType got,
                              const char* what) {
-  TORCH_CHECK_NOT_IMPLEMENTED(expected == got, aten_op, ": ", what, " has dtype ",
-                              c10::toString(got), " but the result dtype is ",
-                              c10::toString(expected),
-                              "; type promotion is not supported on infini "
-                              "(backend '",
-                              runtime::get().name(), "') yet");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      expected == got, aten_op, ": ", what, " has dtype ", c10::toString(got),
+      " but the kernel computes in ", c10::toString(expected),
+      "; the infini kernel takes no mixed dtypes here (backend '", runtime::get().name(), "')");
 }
 
 }  // namespace torch_infini::ops

@@ -54,8 +54,30 @@ void checkScalarFits(const at::Scalar& value, c10::ScalarType dtype) {
 
 bool isCpuScalar(const at::Tensor& t) { return t.is_cpu() && t.dim() == 0; }
 
-// Brings both operands of a binary operator to the same infini device and a
-// single dtype, or raises naming what does not fit.
+bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+// `t` in the result dtype `dtype`, cast on the device where it differs:
+// what TensorIterator does element by element. Not where PyTorch's CPU
+// kernels read a one-element operand unrounded in the math type (float16
+// and bfloat16 results: x * torch.tensor(2049) multiplies by 2049, not by
+// its float16 2048): the call goes to the fallback.
+at::Tensor promoted(const char* name, const at::Tensor& t, c10::ScalarType dtype,
+                    const char* what) {
+  if (t.scalar_type() == dtype) return t;
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !(isReducedFloat(dtype) && t.numel() == 1), name, ": ", what, " (", t.scalar_type(),
+      ", one element) of a ", dtype,
+      " result is read unrounded by PyTorch's kernels, which casting it first would not do");
+  KernelProvider& k = kernels();
+  TORCH_CHECK_NOT_IMPLEMENTED(k.supports(Op::Cast, t.scalar_type()) && k.supports(Op::Cast, dtype),
+                              name, ": ", what, " is ", t.scalar_type(), " and the result ", dtype,
+                              ", which the '", k.name(), "' kernel provider cannot cast between");
+  return t.to(dtype);  // on the device, in stream order
+}
+
+// Brings both operands of a binary operator to the same infini device and
+// the dtype PyTorch computes it in (type promotion), or raises naming what
+// does not fit.
 std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const at::Tensor& self,
                                                  const at::Tensor& other) {
   const c10::ScalarType dtype = at::result_type(self, other);
@@ -67,10 +89,9 @@ std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const 
               "Expected all tensors to be on the same device, but found at least two devices, ",
               a.device(), " and ", b.device(), "!");
   checkSameDevice(a, b);
-  requireSameDtype(name, dtype, a.scalar_type(), "the first operand");
-  requireSameDtype(name, dtype, b.scalar_type(), "the second operand");
   requireKernel(name, op, dtype);
-  return {a, b};
+  return {promoted(name, a, dtype, "the first operand"),
+          promoted(name, b, dtype, "the second operand")};
 }
 
 // Output geometry and checks from TensorIterator; `out` undefined allocates.
@@ -93,8 +114,6 @@ bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
          a.scalar_type() == b.scalar_type() && sameDims(a.sizes(), b.sizes()) &&
          sameDims(a.strides(), b.strides()) && a.is_non_overlapping_and_dense();
 }
-
-bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 // A CPU scalar operand on the right (a Python number: `x * 0.5`, `x + 1`)
 // that does not promote. PyTorch's CPU mul reads it unrounded in float for

@@ -57,6 +57,11 @@ EXPECTED_WITHOUT_OPINFO = [
     "aten::_copy_from_and_resize",
     "aten::_local_scalar_dense",
     "aten::_reshape_alias",
+    # The fused recurrent cells (tests/python/test_rnn.py, test_autograd.py).
+    "aten::_thnn_fused_gru_cell",
+    "aten::_thnn_fused_gru_cell_backward",
+    "aten::_thnn_fused_lstm_cell",
+    "aten::_thnn_fused_lstm_cell_backward_impl",
     "aten::record_stream",
     "aten::set_.source_Storage",
     "aten::set_.source_Storage_storage_offset",

@@ -86,6 +86,22 @@ CASES: dict[str, GradCase] = {
     "causal_softmax": GradCase(
         "infini::causal_softmax", torch.ops.infini.causal_softmax, [(2, 3, 5)]
     ),
+    # PyTorch takes the fused cells off the CPU; the CPU's unfused path rounds
+    # differently: PyTorch's tolerances. Inputs scaled into the gates' range.
+    "lstm_cell": GradCase(
+        "aten::_thnn_fused_lstm_cell",
+        lambda x, h, c, *w: torch.cat(
+            torch.lstm_cell(x / 100, (h / 100, c / 100), *(t / 100 for t in w)), 1
+        ),
+        [(2, 3), (2, 4), (2, 4), (16, 3), (16, 4), (16,), (16,)],
+        same_kernel=False,
+    ),
+    "gru_cell": GradCase(
+        "aten::_thnn_fused_gru_cell",
+        lambda x, h, *w: torch.gru_cell(x / 100, h / 100, *(t / 100 for t in w)),
+        [(2, 3), (2, 4), (12, 3), (12, 4), (12,), (12,)],
+        same_kernel=False,
+    ),
 }
 
 # Cases whose backward needs an operator infini has no kernel for (the CPU
@@ -122,6 +138,10 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::addmm.out": "out= variant",
     "aten::cat.out": "out= variant",
     "aten::randperm.generator_out": "a factory: no tensor input",
+    "aten::_thnn_fused_lstm_cell_backward_impl": "the backward kernel of the fused LSTM cell "
+    "(its own gradient, in double backward, is PyTorch's differentiable formula, as on CUDA)",
+    "aten::_thnn_fused_gru_cell_backward": "the backward kernel of the fused GRU cell "
+    "(double backward: PyTorch's differentiable formula, as on CUDA)",
     "infini::top_k_top_p_sample": "returns token ids (int64): nothing to differentiate",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",

@@ -83,6 +83,12 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::multinomial.out", "random", std::nullopt, floatingDtype},
       {"aten::native_dropout", "random", std::nullopt, floatingOrComplexDtype},
       {"aten::native_dropout_backward", "elementwise", std::nullopt},  // draws nothing
+      // The fused recurrent cells PyTorch calls off the CPU (rnn_cells.cpp):
+      // ATen operators on infini tensors, any floating dtype.
+      {"aten::_thnn_fused_lstm_cell", "rnn", std::nullopt, floatingDtype},
+      {"aten::_thnn_fused_lstm_cell_backward_impl", "rnn", std::nullopt, floatingDtype},
+      {"aten::_thnn_fused_gru_cell", "rnn", std::nullopt, floatingDtype},
+      {"aten::_thnn_fused_gru_cell_backward", "rnn", std::nullopt, floatingDtype},
       // InfiniOps' fused LLM kernels as torch.ops.infini (fused.cpp).
       {"infini::silu_and_mul", "fused", Op::SiluAndMul},
       {"infini::swiglu", "fused", Op::Swiglu},

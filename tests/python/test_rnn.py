@@ -1,0 +1,127 @@
+"""Recurrent layers on infini: nn.LSTM, nn.GRU, nn.RNN and their cells, against the CPU.
+
+Off the CPU PyTorch computes LSTM and GRU cells with fused kernels
+(_thnn_fused_lstm_cell, _thnn_fused_gru_cell and their backward kernels),
+which infini implements with CUDA's definition; the CPU's own path is
+unfused and rounds differently, so results and gradients are compared with
+PyTorch's tolerances (float16 and bfloat16: computed in float, rounded once).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+
+import pytest
+import torch
+from infini_testing import raises_exactly
+from op_helpers import DEVICE, make_cpu
+from torch import nn
+
+LAYERS: dict[str, Callable[[], nn.Module]] = {
+    "LSTM": lambda: nn.LSTM(5, 4),
+    "LSTM, 2 layers, bidirectional, batch_first": lambda: nn.LSTM(
+        5, 4, num_layers=2, bidirectional=True, batch_first=True
+    ),
+    "LSTM with projections": lambda: nn.LSTM(5, 4, proj_size=2),
+    "LSTM without bias": lambda: nn.LSTM(5, 4, bias=False),
+    "GRU": lambda: nn.GRU(5, 4),
+    "GRU, 2 layers, bidirectional": lambda: nn.GRU(5, 4, num_layers=2, bidirectional=True),
+    "GRU without bias": lambda: nn.GRU(5, 4, bias=False),
+    "RNN tanh": lambda: nn.RNN(5, 4),
+    "RNN relu": lambda: nn.RNN(5, 4, nonlinearity="relu"),
+}
+
+
+def _pair(make: Callable[[], nn.Module], dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    cpu = make().to(dtype)
+    return cpu, copy.deepcopy(cpu).to(DEVICE)
+
+
+def _compare_module(
+    cpu: nn.Module, dev: nn.Module, x_cpu: torch.Tensor, tol: dict[str, float]
+) -> None:
+    x = x_cpu.to(DEVICE).requires_grad_()
+    x_cpu = x_cpu.clone().requires_grad_()
+    out_cpu, out = cpu(x_cpu), dev(x)
+    y_cpu = out_cpu[0] if isinstance(out_cpu, tuple) else out_cpu
+    y = out[0] if isinstance(out, tuple) else out
+    torch.testing.assert_close(y.cpu(), y_cpu, **tol)
+    if isinstance(out, tuple):  # the final states too
+        for s, s_cpu in zip(
+            torch.utils._pytree.tree_leaves(out[1]),
+            torch.utils._pytree.tree_leaves(out_cpu[1]),
+            strict=True,
+        ):
+            torch.testing.assert_close(s.cpu(), s_cpu, **tol)
+    grad = make_cpu(tuple(y_cpu.shape), y_cpu.dtype, seed=5) / 100
+    y_cpu.backward(grad)
+    y.backward(grad.to(DEVICE))
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad.cpu(), x_cpu.grad, **tol)
+    for (name, p), p_cpu in zip(dev.named_parameters(), cpu.parameters(), strict=True):
+        assert p.grad is not None, f"{name} got no gradient"
+        torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, **tol, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layers_forward_and_backward_match_the_cpu(name: str, dtype: torch.dtype) -> None:
+    cpu, dev = _pair(LAYERS[name], dtype)
+    batch_first = getattr(cpu, "batch_first", False)
+    shape = (2, 6, 5) if batch_first else (6, 2, 5)
+    _compare_module(cpu, dev, make_cpu(shape, dtype, seed=1) / 100, {})
+
+
+CELLS: dict[str, Callable[[], nn.Module]] = {
+    "LSTMCell": lambda: nn.LSTMCell(5, 4),
+    "GRUCell": lambda: nn.GRUCell(5, 4),
+    "GRUCell without bias": lambda: nn.GRUCell(5, 4, bias=False),
+    "RNNCell": lambda: nn.RNNCell(5, 4),
+}
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+def test_cells_with_initial_state_match_the_cpu(name: str) -> None:
+    cpu, dev = _pair(CELLS[name], torch.float32)
+    x_cpu = make_cpu((3, 5), torch.float32, seed=2) / 50
+    h_cpu = make_cpu((3, 4), torch.float32, seed=3) / 50
+    state_cpu = (h_cpu, h_cpu * 0.5) if name == "LSTMCell" else h_cpu
+    state = tuple(s.to(DEVICE) for s in state_cpu) if name == "LSTMCell" else h_cpu.to(DEVICE)
+    out_cpu, out = cpu(x_cpu, state_cpu), dev(x_cpu.to(DEVICE), state)
+    for got, want in zip(
+        torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(out_cpu), strict=True
+    ):
+        torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_reduced_precision_cells_compute_in_float(dtype: torch.dtype) -> None:
+    """As CUDA's fused kernels: float arithmetic, one rounding of each result."""
+    cell_cpu, cell = _pair(lambda: nn.LSTMCell(5, 4), dtype)
+    x_cpu = make_cpu((3, 5), dtype, seed=4) / 50
+    h, c = cell(x_cpu.to(DEVICE))
+    ref = copy.deepcopy(cell_cpu).float()
+    h_ref, c_ref = ref(x_cpu.float())
+    torch.testing.assert_close(h.cpu(), h_ref.to(dtype))
+    torch.testing.assert_close(c.cpu(), c_ref.to(dtype))
+
+
+def test_mismatched_state_raises_the_cpus_error() -> None:
+    cpu, dev = _pair(LAYERS["LSTM"], torch.float32)
+    x_cpu = make_cpu((6, 2, 5), torch.float32, seed=6)
+    bad = (torch.zeros(1, 2, 3), torch.zeros(1, 2, 4))
+    with pytest.raises(RuntimeError) as error:
+        cpu(x_cpu, bad)
+    with raises_exactly(RuntimeError, match=re.escape(str(error.value).split("\n")[0][:30])):
+        dev(x_cpu.to(DEVICE), tuple(s.to(DEVICE) for s in bad))
+
+
+def test_fused_cell_argument_checks() -> None:
+    gates = torch.zeros(2, 8, device=DEVICE)
+    with raises_exactly(RuntimeError, match="previous state"):
+        torch.ops.aten._thnn_fused_lstm_cell(gates, gates, torch.zeros(2, 3, device=DEVICE))
+    with raises_exactly(RuntimeError, match="differ in size"):
+        torch.ops.aten._thnn_fused_gru_cell(gates, torch.zeros(2, 9, device=DEVICE), gates)

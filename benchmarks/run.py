@@ -479,6 +479,59 @@ def llama_cases(scale: float) -> list[Case]:
     ]
 
 
+def amp_cases(scale: float) -> list[Case]:
+    """Mixed precision: a bfloat16 mm, and the Llama's training step under
+    bfloat16 autocast (CUDA's policy on infini) against CPU autocast (the
+    CPU's own policy, which PyTorch defines separately)."""
+    a, b = torch.randn(1024, 1024).bfloat16(), torch.randn(1024, 1024).bfloat16()
+    da, db = a.to(DEVICE), b.to(DEVICE)
+    llama = _load_llama()
+    torch.manual_seed(0)
+    model_cpu = llama.Llama(llama.Config())
+    model_dev = copy.deepcopy(model_cpu).to(DEVICE)
+    inputs, targets = llama.batch(32, 8, torch.Generator().manual_seed(1))
+    inputs_dev, targets_dev = inputs.to(DEVICE), targets.to(DEVICE)
+    opt_cpu = torch.optim.AdamW(model_cpu.parameters(), lr=1e-4)
+    opt_dev = torch.optim.AdamW(model_dev.parameters(), lr=1e-4)
+
+    def step(model: Any, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            logits = model(x)
+        loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def step_agrees() -> bool:
+        # Two autocast policies: equal to bfloat16 resolution, on copies.
+        cpu, dev = copy.deepcopy(model_cpu), copy.deepcopy(model_dev)
+        loss_cpu = step(cpu, torch.optim.AdamW(cpu.parameters(), lr=1e-4), inputs, targets)
+        loss_dev = step(dev, torch.optim.AdamW(dev.parameters(), lr=1e-4), inputs_dev, targets_dev)
+        return abs(loss_cpu - loss_dev) <= 2e-2 * abs(loss_cpu)
+
+    return [
+        Case(
+            "mm 1024 bfloat16",
+            "time",
+            "<= 1.1",
+            lambda: a @ b,
+            lambda: da @ db,
+            lambda: torch.allclose((da @ db).cpu().float(), (a @ b).float(), rtol=1e-2, atol=1e-1),
+            max(1, int(5 * scale)),
+        ),
+        Case(
+            "Llama training step, bfloat16 autocast",
+            "time",
+            "<= 1.15",
+            lambda: step(model_cpu, opt_cpu, inputs, targets),
+            lambda: step(model_dev, opt_dev, inputs_dev, targets_dev),
+            step_agrees,
+            max(1, int(20 * scale)),
+        ),
+    ]
+
+
 def all_cases(scale: float) -> list[Case]:
     return [
         *elementwise_cases(scale),
@@ -490,6 +543,7 @@ def all_cases(scale: float) -> list[Case]:
         view_case(scale),
         *random_cases(scale),
         *llama_cases(scale),
+        *amp_cases(scale),
     ]
 
 

@@ -11,6 +11,7 @@ conformance tests and ``tools/report_op_coverage.py`` use this module.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import types
 import unittest
@@ -162,14 +163,13 @@ def parse_aten_name(full: str) -> AtenName:
 # ---------------------------------------------------------------- op_db
 
 
-@cache
-def load_op_db() -> tuple[Any, ...]:
-    """PyTorch's OpInfo database (slow: import once).
+def torch_testing_internal(module: str) -> types.ModuleType:
+    """A module of ``torch.testing._internal`` (PyTorch's own test data).
 
-    torch.testing._internal imports ``expecttest`` only for its TestCase base
-    class; where that test-only package is missing, a stand-in with
-    unittest's TestCase is installed first. Command-line arguments are hidden
-    from the import.
+    That package imports ``expecttest`` only for its TestCase base class;
+    where that test-only package is missing, a stand-in with unittest's
+    TestCase is installed first. Command-line arguments are hidden from the
+    import (common_utils parses them).
     """
     try:
         import expecttest  # noqa: F401
@@ -181,10 +181,15 @@ def load_op_db() -> tuple[Any, ...]:
     saved_argv = sys.argv
     sys.argv = sys.argv[:1]
     try:
-        from torch.testing._internal.common_methods_invocations import op_db
+        return importlib.import_module(f"torch.testing._internal.{module}")
     finally:
         sys.argv = saved_argv
-    return tuple(op_db)
+
+
+@cache
+def load_op_db() -> tuple[Any, ...]:
+    """PyTorch's OpInfo database (slow: import once)."""
+    return tuple(torch_testing_internal("common_methods_invocations").op_db)
 
 
 def opinfo_id(opinfo: Any) -> str:

@@ -53,6 +53,9 @@ CPU = torch.device("cpu")
 # aliases and storage swaps (every other test uses them, none has samples),
 # and record_stream (allocator bookkeeping, covered by tests/python).
 EXPECTED_WITHOUT_OPINFO = [
+    # GradScaler's kernels (tests/python/test_grad_scaler.py).
+    "aten::_amp_foreach_non_finite_check_and_unscale_",
+    "aten::_amp_update_scale_",
     "aten::_copy_from",
     "aten::_copy_from_and_resize",
     "aten::_local_scalar_dense",

@@ -21,7 +21,9 @@ dtype or shape without a kernel) and run inside
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,6 +36,12 @@ from infini_testing import (
     has_async_host,
     has_two_devices,
 )
+
+# The report tools (tools/), which also import PyTorch's own test data
+# (op_coverage.torch_testing_internal), as in the conformance suite.
+_TOOLS = str(Path(__file__).resolve().parents[2] / "tools")
+if _TOOLS not in sys.path:
+    sys.path.insert(0, _TOOLS)
 
 # Fixed, bounded property tests: the same examples on every run, no example
 # database written into the checkout, no deadline (copies may be slow on CI).

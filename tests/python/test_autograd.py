@@ -142,6 +142,9 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "(its own gradient, in double backward, is PyTorch's differentiable formula, as on CUDA)",
     "aten::_thnn_fused_gru_cell_backward": "the backward kernel of the fused GRU cell "
     "(double backward: PyTorch's differentiable formula, as on CUDA)",
+    "aten::_amp_foreach_non_finite_check_and_unscale_": "GradScaler's in-place unscale of "
+    "gradients; not differentiable, as on the CPU",
+    "aten::_amp_update_scale_": "GradScaler's scale update; not differentiable, as on the CPU",
     "infini::top_k_top_p_sample": "returns token ids (int64): nothing to differentiate",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",

@@ -35,6 +35,8 @@ CASES = {
     "Llama forward [32, 16]": ("time", "<= 1.15"),
     "Llama training step [32, 16] (AdamW)": ("time", "<= 1.15"),
     "Llama generate 32 tokens (KV cache)": ("time", "<= 1.15"),
+    "mm 1024 bfloat16": ("time", "<= 1.1"),
+    "Llama training step, bfloat16 autocast": ("time", "<= 1.15"),
 }
 
 

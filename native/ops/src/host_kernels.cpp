@@ -94,6 +94,13 @@ const at::Tensor& wrappedNumber(const c10::Scalar& value) {
   return t;
 }
 
+// A CPU tensor over `ref`'s memory that neither owns nor frees it (for
+// kernels with more tensors than the per-thread aliases hold).
+at::Tensor unownedCpu(const TensorRef& ref) {
+  return at::from_blob(ref.data, ref.sizes, ref.strides,
+                       at::TensorOptions().dtype(ref.dtype).device(at::kCPU));
+}
+
 // A binary CPU structured kernel run over same-dtype views of the output's
 // shape. Its impl() is what at::cpu::*_out runs after the structured meta
 // step; the meta step's checks (overlap, resizing, type promotion) are the
@@ -158,6 +165,10 @@ class HostKernels final : public KernelProvider {
                c10::isComplexType(dtype);
       case Op::Random:
         return realBoolOrUnsignedDtype(dtype);
+      case Op::AmpUnscale:  // the CPU's kernels (not InfiniOps operators)
+        return c10::isFloatingType(dtype);
+      case Op::AmpUpdateScale:
+        return dtype == c10::ScalarType::Float;
       default:
         return inMask(native_[static_cast<size_t>(op)], dtype);
     }
@@ -370,6 +381,37 @@ class HostKernels final : public KernelProvider {
 
   void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {
     submit(stream, [draw](const TensorRef& o_ref) { fillRandom(o_ref, draw); }, out);
+  }
+
+  // The CPU's own GradScaler kernels over the device memory, in stream order.
+  void ampUnscale(const std::vector<TensorRef>& grads, const TensorRef& found_inf,
+                  const TensorRef& inv_scale, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const std::vector<TensorRef>& grad_refs, const TensorRef& f_ref,
+           const TensorRef& i_ref) {
+          std::vector<at::Tensor> cpu_grads;
+          cpu_grads.reserve(grad_refs.size());
+          for (const TensorRef& g : grad_refs) cpu_grads.push_back(unownedCpu(g));
+          at::Tensor found = aliases(f_ref, 0);
+          at::_amp_foreach_non_finite_check_and_unscale_(cpu_grads, found, aliases(i_ref, 1));
+        },
+        grads, found_inf, inv_scale);
+  }
+
+  void ampUpdateScale(const TensorRef& scale, const TensorRef& growth_tracker,
+                      const TensorRef& found_inf, double growth_factor, double backoff_factor,
+                      int64_t growth_interval, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [growth_factor, backoff_factor, growth_interval](
+            const TensorRef& s_ref, const TensorRef& g_ref, const TensorRef& f_ref) {
+          at::Tensor s = aliases(s_ref, 0);
+          at::Tensor g = aliases(g_ref, 1);
+          at::_amp_update_scale_(s, g, aliases(f_ref, 2), growth_factor, backoff_factor,
+                                 growth_interval);
+        },
+        scale, growth_tracker, found_inf);
   }
 
  private:

@@ -322,6 +322,18 @@ class InfiniOpsKernels final : public KernelProvider {
     unavailable("random (InfiniOps has no generator)");
   }
 
+  void ampUnscale(const std::vector<TensorRef>& /*grads*/, const TensorRef& /*found_inf*/,
+                  const TensorRef& /*inv_scale*/, runtime::StreamHandle /*stream*/) override {
+    unavailable("amp_unscale (InfiniOps has no GradScaler kernels)");
+  }
+
+  void ampUpdateScale(const TensorRef& /*scale*/, const TensorRef& /*growth_tracker*/,
+                      const TensorRef& /*found_inf*/, double /*growth_factor*/,
+                      double /*backoff_factor*/, int64_t /*growth_interval*/,
+                      runtime::StreamHandle /*stream*/) override {
+    unavailable("amp_update_scale (InfiniOps has no GradScaler kernels)");
+  }
+
  private:
   // Binds the runtime to the output's device and wraps the stream.
   infini::ops::Handle handle(const TensorRef& out, runtime::StreamHandle stream) {

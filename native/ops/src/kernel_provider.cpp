@@ -44,6 +44,10 @@ const char* opName(Op op) {
       return "causal_softmax";
     case Op::Cat:
       return "cat";
+    case Op::AmpUnscale:
+      return "amp_unscale";
+    case Op::AmpUpdateScale:
+      return "amp_update_scale";
     case Op::kCount:
       break;
   }

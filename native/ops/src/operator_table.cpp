@@ -89,6 +89,10 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::_thnn_fused_lstm_cell_backward_impl", "rnn", std::nullopt, floatingDtype},
       {"aten::_thnn_fused_gru_cell", "rnn", std::nullopt, floatingDtype},
       {"aten::_thnn_fused_gru_cell_backward", "rnn", std::nullopt, floatingDtype},
+      // GradScaler's kernels (amp.cpp), in stream order: the gradients'
+      // floating dtypes; the scale is float32.
+      {"aten::_amp_foreach_non_finite_check_and_unscale_", "amp", Op::AmpUnscale},
+      {"aten::_amp_update_scale_", "amp", Op::AmpUpdateScale},
       // InfiniOps' fused LLM kernels as torch.ops.infini (fused.cpp).
       {"infini::silu_and_mul", "fused", Op::SiluAndMul},
       {"infini::swiglu", "fused", Op::Swiglu},

@@ -71,6 +71,7 @@ __all__ = [
     "get_rng_state_all",
     "initial_seed",
     "init",
+    "is_bf16_supported",
     "is_available",
     "is_initialized",
     "manual_seed",
@@ -98,14 +99,25 @@ __all__ = [
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    """The dtypes ``torch.autocast("infini")`` may cast to: none yet.
+    """The dtypes ``torch.autocast("infini")`` casts to: float16 and bfloat16.
 
-    infini registers no autocast policy yet, so an autocast region would
-    silently compute in the inputs' dtypes; with no supported dtype PyTorch
-    warns and leaves autocast disabled instead. ``torch.autocast`` (which
-    ``torch.utils.checkpoint`` enters on recompute) requires the function.
+    The autocast policy is CUDA's (ATen's operator lists, registered for
+    infini's AutocastPrivateUse1 key). Any other dtype makes PyTorch warn and
+    leave autocast disabled, as it does for CUDA.
     """
-    return []
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether bfloat16 tensors compute on infini, as ``torch.cuda.is_bf16_supported``.
+
+    Every infini backend stores and computes bfloat16 (natively where the
+    kernel library implements an operator in bfloat16, else in the CPU
+    fallback), so it is True; ``including_emulation`` is accepted for
+    torch.cuda's signature.
+    """
+    del including_emulation
+    return True
 
 
 def __getattr__(name: str) -> Any:

@@ -39,20 +39,22 @@ struct TensorRef {
 // Operators of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class Op : uint8_t {
-  Copy,           // same-dtype strided copy, dst and src of equal shape
-  Cast,           // strided copy converting between dtypes (both must be supported)
-  Fill,           // dst[...] = value
-  Add,            // out = a + alpha * b; also out = x + alpha * scalar (binaryScalar)
-  Mul,            // out = a * b; also out = x * scalar (binaryScalar)
-  Gemm,           // out = alpha * a @ b, 2-D or batched 3-D
-  Relu,           // out = max(x, 0)
-  Silu,           // out = x * sigmoid(x)
-  RmsNorm,        // out = x / sqrt(mean(x^2, -1) + eps) * weight
-  Random,         // out = a draw from the device generator's Philox stream (random_fill.h)
-  SiluAndMul,     // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
-  Swiglu,         // out = input * silu(gate) (torch.ops.infini.swiglu)
-  CausalSoftmax,  // out = softmax over the causal prefix of each row (torch.ops.infini)
-  Cat,            // out = the inputs one after another along a dimension
+  Copy,            // same-dtype strided copy, dst and src of equal shape
+  Cast,            // strided copy converting between dtypes (both must be supported)
+  Fill,            // dst[...] = value
+  Add,             // out = a + alpha * b; also out = x + alpha * scalar (binaryScalar)
+  Mul,             // out = a * b; also out = x * scalar (binaryScalar)
+  Gemm,            // out = alpha * a @ b, 2-D or batched 3-D
+  Relu,            // out = max(x, 0)
+  Silu,            // out = x * sigmoid(x)
+  RmsNorm,         // out = x / sqrt(mean(x^2, -1) + eps) * weight
+  Random,          // out = a draw from the device generator's Philox stream (random_fill.h)
+  SiluAndMul,      // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
+  Swiglu,          // out = input * silu(gate) (torch.ops.infini.swiglu)
+  CausalSoftmax,   // out = softmax over the causal prefix of each row (torch.ops.infini)
+  Cat,             // out = the inputs one after another along a dimension
+  AmpUnscale,      // GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan (torch.amp)
+  AmpUpdateScale,  // GradScaler: the scale backed off or grown from found_inf
   kCount
 };
 
@@ -124,6 +126,20 @@ class KernelProvider {
   // x and out [s, t] or [b, s, t], s <= t: row i keeps columns j <= t - s + i.
   virtual void causalSoftmax(const TensorRef& out, const TensorRef& x,
                              runtime::StreamHandle stream) = 0;
+  // GradScaler's steps, as PyTorch's _amp_foreach_non_finite_check_and_unscale_
+  // and _amp_update_scale_ define them: each gradient (a floating dtype the
+  // provider supports for AmpUnscale) multiplied by inv_scale in place, and
+  // found_inf set to 1 if any element is inf or nan; then scale multiplied
+  // by backoff_factor and growth_tracker reset where found_inf is nonzero,
+  // else growth_tracker incremented and, at growth_interval, scale grown
+  // (if that stays finite) and growth_tracker reset. found_inf, inv_scale
+  // and scale are one-element float32, growth_tracker one-element int32.
+  virtual void ampUnscale(const std::vector<TensorRef>& grads, const TensorRef& found_inf,
+                          const TensorRef& inv_scale, runtime::StreamHandle stream) = 0;
+  virtual void ampUpdateScale(const TensorRef& scale, const TensorRef& growth_tracker,
+                              const TensorRef& found_inf, double growth_factor,
+                              double backoff_factor, int64_t growth_interval,
+                              runtime::StreamHandle stream) = 0;
 };
 
 // Launches of arithmetic kernels (not copies or fills) whose results need not

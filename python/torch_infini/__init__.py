@@ -26,11 +26,12 @@ if torch._C._get_privateuse1_backend_name() != "infini":
 try:
     from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
 except ImportError as _error:
-    if "libinfini" in str(_error):
+    if "libinfini" in str(_error) or "libcu" in str(_error):
         raise ImportError(
             f"torch_infini was built against InfiniRT/InfiniOps, which the loader cannot find "
-            f"({_error}). Make libinfiniops.so and libinfinirt.so visible: add their lib (or "
-            f"lib64) directories to LD_LIBRARY_PATH, or register them with ldconfig."
+            f"with the libraries they need ({_error}). Make libinfiniops.so and libinfinirt.so "
+            f"(and, for a vendor build, its libraries: CUDA runtime, cuBLAS, ...) visible: add "
+            f"their lib (or lib64) directories to LD_LIBRARY_PATH, or register them with ldconfig."
         ) from _error
     raise
 

@@ -21,6 +21,8 @@ __all__ = [
     "apply_rotary_embedding",
     "causal_softmax",
     "fused_add_rms_norm",
+    "paged_attention",
+    "reshape_and_cache_flash",
     "rotary_embedding",
     "silu_and_mul",
     "swiglu",
@@ -222,4 +224,47 @@ def top_k_top_p_sample(
         _per_row(top_k, torch.int64),
         _per_row(top_p, torch.float64),
         generator=generator,
+    )
+
+
+def reshape_and_cache_flash(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Writes tokens into a paged KV cache, in place (vLLM's flash layout).
+
+    ``key``/``value`` ``[tokens, heads, head_size]``; ``key_cache``/
+    ``value_cache`` ``[num_blocks, block_size, heads, head_size]`` of the
+    same dtype; token ``t`` goes to slot ``slot_mapping[t]`` (int32/int64):
+    block ``slot // block_size``, row ``slot % block_size``; a negative slot
+    skips the token. Inference only: raises when a gradient is required.
+    """
+    torch.ops.infini.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    alibi_slopes: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One decode step of attention over a paged KV cache (vLLM's paged attention).
+
+    ``query`` ``[num_seqs, heads, head_size]``, one token per sequence; the
+    caches ``[num_blocks, kv_heads, block_size, head_size]`` (a flash cache's
+    ``transpose(1, 2)``); ``block_tables`` ``[num_seqs, max_blocks]`` and
+    ``seq_lens`` ``[num_seqs]`` (int32/int64). Head ``h`` attends through kv
+    head ``h // (heads // kv_heads)`` to its sequence's cached tokens:
+    ``softmax(scale * q.k + alibi)`` with vLLM's ``1e-6`` added to the
+    denominator, in float, rounded once. A sequence of length 0 gets zeros.
+    Returns ``[num_seqs, heads, head_size]``. Inference only.
+    """
+    return torch.ops.infini.paged_attention(
+        query, key_cache, value_cache, block_tables, seq_lens, scale, alibi_slopes
     )

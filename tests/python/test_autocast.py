@@ -60,10 +60,15 @@ def _call(op: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return getattr(args[0], op)(*args[1:], **kwargs)
 
 
-def _tolerances(dtype: torch.dtype) -> dict[str, float]:
-    # Where another kernel than the CPU's ran (InfiniOps): the reduced
-    # precision's resolution; float32 results with PyTorch's defaults.
-    return {"rtol": 1e-2, "atol": 1e-2} if dtype in AMP_DTYPES else {}
+def _tolerances(want: torch.Tensor) -> dict[str, float]:
+    """Where another kernel than the CPU's ran (InfiniOps): float16/bfloat16
+    results within a few roundings of the largest magnitude involved (a
+    composite such as conv_tbc accumulates rounded partial sums); float32
+    results with PyTorch's defaults."""
+    if want.dtype not in AMP_DTYPES or want.numel() == 0:
+        return {}
+    eps = torch.finfo(want.dtype).eps
+    return {"rtol": 1e-2, "atol": 4 * eps * float(want.abs().max().clamp(min=1))}
 
 
 def _assert_result(
@@ -73,7 +78,7 @@ def _assert_result(
         assert isinstance(got, torch.Tensor), what
         if want.is_floating_point():
             assert got.dtype == out_type, f"{what}: produced {got.dtype}, should produce {out_type}"
-        tols = _tolerances(want.dtype)
+        tols = _tolerances(want)
         assert_matches(got, want, device=None, same_kernel=same_kernel, **tols)
     elif isinstance(want, collections.abc.Iterable) and not isinstance(want, str):
         for g, w in zip(got, want, strict=True):
@@ -360,7 +365,7 @@ class CpuReplay(TorchDispatchMode):
         expected = [t for t in tree_flatten(want)[0] if isinstance(t, torch.Tensor)]
         for got, reference in zip(results, expected, strict=True):
             try:
-                assert_matches(got, reference, device=None, **_tolerances(reference.dtype))
+                assert_matches(got, reference, device=None, **_tolerances(reference))
             except AssertionError as failure:
                 self.failures.append(f"{name}: {failure}")
         return out

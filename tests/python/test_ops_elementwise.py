@@ -262,6 +262,28 @@ def test_layouts_and_output_strides(op: str, layout: str) -> None:
     assert_matches(fn(a, b), fn(a_cpu, b_cpu), check_stride=True)
 
 
+def test_repeated_layouts_keep_the_cpus_output_strides() -> None:
+    """New outputs reuse the geometry TensorIterator chose for the same input
+    layouts (a per-thread cache of a few entries): every layout, twice over
+    and more layouts than the cache holds, keeps the CPU's strides."""
+    cases = []
+    for (shape_a, view_a), (shape_b, view_b) in LAYOUTS.values():
+        cases.append(
+            (
+                pair(shape_a, torch.float32, seed=9, view=view_a),
+                pair(shape_b, torch.float32, seed=10, view=view_b),
+            )
+        )
+    broadcast = [((2, 1, 3), (4, 1)), ((1, 4), (3, 1)), ((5,), (2, 5)), ((), (2, 3))]
+    for shape_a, shape_b in broadcast:
+        cases.append((pair(shape_a, torch.float32, seed=11), pair(shape_b, torch.float32, seed=12)))
+    assert len(cases) > 8
+    for _ in range(3):
+        for (a_cpu, a), (b_cpu, b) in cases:
+            assert_matches(a * b, a_cpu * b_cpu, check_stride=True)
+            assert_matches(torch.relu(a), torch.relu(a_cpu), check_stride=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.int16, torch.uint8], ids=str)
 def test_permuted_dense_other_dtypes(dtype: torch.dtype) -> None:
     a_cpu, a = pair((2, 4, 5, 3), dtype, seed=7, view=_nhwc)

@@ -129,7 +129,7 @@ struct swiglu_op {
 at::Tensor silu_and_mul_infini(const at::Tensor& x) {
   checkSiluAndMul(x);
   requireKernel("infini::silu_and_mul", Op::SiluAndMul, x.scalar_type());
-  at::Tensor out = at::empty(halvedLast(x), x.options());
+  at::Tensor out = emptyOnDevice(x, halvedLast(x));
   if (out.numel() > 0) kernels().siluAndMul(toRef(out), toRef(x), streamOf(out));
   return out;
 }
@@ -140,7 +140,7 @@ at::Tensor causal_softmax_infini(const at::Tensor& x) {
   TORCH_CHECK_NOT_IMPLEMENTED(x.dim() == 2 || x.dim() == 3,
                               "infini::causal_softmax: the kernel takes 2-D and 3-D inputs, got ",
                               x.dim(), "-D input of shape ", x.sizes());
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = emptyOnDevice(x, x.sizes());
   if (out.numel() > 0) kernels().causalSoftmax(toRef(out), toRef(x), streamOf(out));
   return out;
 }
@@ -148,7 +148,7 @@ at::Tensor causal_softmax_infini(const at::Tensor& x) {
 at::Tensor swiglu_infini(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
   requireKernel("infini::swiglu", Op::Swiglu, input.scalar_type());
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = emptyOnDevice(input, input.sizes());
   if (out.numel() > 0) kernels().swiglu(toRef(out), toRef(input), toRef(gate), streamOf(out));
   return out;
 }

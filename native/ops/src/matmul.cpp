@@ -79,7 +79,7 @@ void prepareOut(const char* name, at::Tensor& out, const at::Tensor& a, at::IntA
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   checkOperands("mm", self, mat2, 2);
-  at::Tensor result = at::empty(productShape(self, mat2), self.options());
+  at::Tensor result = emptyOnDevice(self, productShape(self, mat2));
   gemmInto(result, self, mat2, 1.0f);
   return result;
 }
@@ -93,7 +93,7 @@ at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& o
 
 at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
   checkOperands("bmm", self, mat2, 3);
-  at::Tensor result = at::empty(productShape(self, mat2), self.options());
+  at::Tensor result = emptyOnDevice(self, productShape(self, mat2));
   gemmInto(result, self, mat2, 1.0f);
   return result;
 }
@@ -132,7 +132,7 @@ void addmmInto(const char* name, at::Tensor& out, const at::Tensor& bias, const 
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                  const at::Scalar& beta, const at::Scalar& alpha) {
   checkOperands("addmm", mat1, mat2, 2);
-  at::Tensor result = at::empty(productShape(mat1, mat2), mat1.options());
+  at::Tensor result = emptyOnDevice(mat1, productShape(mat1, mat2));
   addmmInto("addmm", result, self, mat1, mat2, beta, alpha);
   return result;
 }

@@ -55,7 +55,7 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
 
   // The kernel reads rows with unit stride in the normalized dimension.
   const at::Tensor x = input.stride(-1) == 1 ? input : input.contiguous();
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  at::Tensor out = emptyOnDevice(input, input.sizes());
   if (out.numel() > 0) {
     kernels().rmsNorm(toRef(out), toRef(x), toRef(weight), static_cast<float>(eps_value),
                       streamOf(out));

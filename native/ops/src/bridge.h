@@ -4,7 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
-#include <c10/util/accumulate.h>
+#include <c10/util/strides.h>
 
 #include "dims.h"
 #include "torch_infini/ops/kernel_provider.h"
@@ -65,24 +65,10 @@ inline void requireKernel(const char* aten_op, Op op, c10::ScalarType dtype) {
                               "' kernel provider (", opName(op), " kernel)");
 }
 
-// A new tensor with t's sizes, strides, dtype and device, allocated on t's
-// device straight from the infini allocator (no dispatcher round trip, no
-// device switch).
-// `stream` is the (current) stream of t's device the memory is ordered on.
-inline at::Tensor emptyLike(const at::Tensor& t, c10::StreamId stream) {
-  const size_t nbytes =
-      at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.dtype().itemsize());
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       allocateOnValidDevice(t.device().index(), nbytes, stream), deviceAllocator(),
-                       /*resizable=*/true);
-  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides());
-  return out;
-}
-
-// A new tensor of `sizes` and `strides` with t's dtype, on t's device, from
-// the infini allocator (as emptyLike).
+// A new tensor of `sizes` and `strides` with t's dtype, on t's device,
+// straight from the infini allocator (no dispatcher round trip, no device
+// switch). `stream` is the (current) stream of t's device the memory is
+// ordered on.
 inline at::Tensor emptyStridedLike(const at::Tensor& t, c10::IntArrayRef sizes,
                                    c10::IntArrayRef strides, c10::StreamId stream) {
   const size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, t.dtype().itemsize());
@@ -95,35 +81,16 @@ inline at::Tensor emptyStridedLike(const at::Tensor& t, c10::IntArrayRef sizes,
   return out;
 }
 
-// A new contiguous tensor of `sizes` with t's dtype, on t's device, from
-// the infini allocator (as emptyLike).
-inline at::Tensor emptyContiguousLike(const at::Tensor& t, c10::IntArrayRef sizes,
-                                      c10::StreamId stream) {
-  const size_t nbytes = static_cast<size_t>(c10::multiply_integers(sizes)) * t.dtype().itemsize();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       allocateOnValidDevice(t.device().index(), nbytes, stream), deviceAllocator(),
-                       /*resizable=*/true);
-  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-  return out;
+// A new tensor with t's sizes, strides, dtype and device.
+inline at::Tensor emptyLike(const at::Tensor& t, c10::StreamId stream) {
+  return emptyStridedLike(t, t.sizes(), t.strides(), stream);
 }
 
 // A new contiguous tensor of `sizes` like infini tensor `like` (dtype,
-// device), on its device's current stream; at::empty without the dispatcher.
+// device), on its device's current stream: at::empty without the dispatcher.
 inline at::Tensor emptyOnDevice(const at::Tensor& like, c10::IntArrayRef sizes) {
-  return emptyContiguousLike(like, sizes, currentStreamIdUnchecked(like.device().index()));
-}
-
-// Row-major strides exactly (size-1 dimensions included), and no element
-// count of zero: the inputs for which TensorIterator's output is contiguous.
-inline bool hasDefaultStrides(const at::Tensor& t) {
-  int64_t expected = 1;
-  for (int64_t d = t.dim() - 1; d >= 0; --d) {
-    if (t.size(d) == 0 || t.stride(d) != expected) return false;
-    expected *= t.size(d);
-  }
-  return true;
+  return emptyStridedLike(like, sizes, c10::contiguous_strides(sizes),
+                          currentStreamIdUnchecked(like.device().index()));
 }
 
 // PyTorch's own wording for tensors on different devices.

@@ -7,7 +7,6 @@
 // only); the work itself goes to the kernel seam on the current stream.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch_v2.h>
-#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
@@ -177,11 +176,6 @@ bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
          sameDims(a.strides(), b.strides()) && a.is_non_overlapping_and_dense();
 }
 
-// A CPU scalar operand on the right (a Python number: `x * 0.5`, `x + 1`)
-// that does not promote. PyTorch's CPU mul reads it unrounded in float for
-// float16/bfloat16 (x * 1e5 with x = 1e-3 is 100, not inf), which the seam's
-// binaryScalar does. A scalar on the left takes the generic path on the CPU
-// too (rounded to the tensor's dtype first).
 // The value of a 0-dim CPU tensor without a dispatch for the common
 // wrapped-number types.
 at::Scalar scalarValue(const at::Tensor& t) {
@@ -197,6 +191,11 @@ at::Scalar scalarValue(const at::Tensor& t) {
   }
 }
 
+// A CPU scalar operand on the right (a Python number: `x * 0.5`, `x + 1`)
+// that does not promote. PyTorch's CPU mul reads it unrounded in float for
+// float16/bfloat16 (x * 1e5 with x = 1e-3 is 100, not inf), which the seam's
+// binaryScalar does. A scalar on the left takes the generic path on the CPU
+// too (rounded to the tensor's dtype first).
 bool scalarOperandCall(const at::Tensor& self, const at::Tensor& other) {
   return isInfini(self) && isCpuScalar(other) && at::result_type(self, other) == self.scalar_type();
 }
@@ -242,6 +241,16 @@ std::optional<at::Tensor> scalarOperandKernel(const char* name, Op op, const at:
   return result;
 }
 
+// The seam's add (with alpha) or mul.
+void launchBinary(Op op, const TensorRef& out, const TensorRef& a, const TensorRef& b,
+                  const at::Scalar& alpha, runtime::StreamHandle stream) {
+  if (op == Op::Add) {
+    kernels().add(out, a, b, alpha.toDouble(), stream);
+  } else {
+    kernels().mul(out, a, b, stream);
+  }
+}
+
 // Computes into `out` (undefined: a new tensor) and returns the result.
 at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
                         const at::Tensor& other, const at::Scalar& alpha) {
@@ -266,34 +275,8 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
     const c10::StreamId stream_id = currentStreamIdUnchecked(device);
     at::Tensor result = out.defined() ? out : emptyLike(self, stream_id);
     if (result.numel() == 0) return result;
-    const runtime::StreamHandle stream = nativeStreamUnchecked(device, stream_id);
-    if (op == Op::Add) {
-      kernels().add(toRef(result), toRef(self), toRef(other), alpha.toDouble(), stream);
-    } else {
-      kernels().mul(toRef(result), toRef(self), toRef(other), stream);
-    }
-    return result;
-  }
-  if (!out.defined() && isInfini(self) && isInfini(other) && self.device() == other.device() &&
-      self.scalar_type() == other.scalar_type() && hasDefaultStrides(self) &&
-      hasDefaultStrides(other)) {
-    // Broadcasting row-major operands (x * weight, x * cos in model code):
-    // TensorIterator's output is then row-major of the broadcast shape (as
-    // test_ops_elementwise checks against the CPU), so its geometry is
-    // computed here without building one.
-    requireKernel(name, op, self.scalar_type());
-    const c10::DimVector shape = at::infer_size_dimvector(self.sizes(), other.sizes());
-    const int device = self.device().index();
-    const c10::StreamId stream_id = currentStreamIdUnchecked(device);
-    at::Tensor result = emptyContiguousLike(self, shape, stream_id);
-    const runtime::StreamHandle stream = nativeStreamUnchecked(device, stream_id);
-    const TensorRef out_ref = toRef(result);
-    if (op == Op::Add) {
-      kernels().add(out_ref, expandedRef(self, shape), expandedRef(other, shape), alpha.toDouble(),
-                    stream);
-    } else {
-      kernels().mul(out_ref, expandedRef(self, shape), expandedRef(other, shape), stream);
-    }
+    launchBinary(op, toRef(result), toRef(self), toRef(other), alpha,
+                 nativeStreamUnchecked(device, stream_id));
     return result;
   }
   auto [a, b] = binaryOperands(name, op, self, other);
@@ -304,14 +287,8 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
   }
   at::Tensor result = elementwiseOutput(out, {a, b});
   if (result.numel() == 0) return result;
-  TensorRef out_ref = toRef(result);
-  TensorRef a_ref = expandedRef(a, result.sizes());
-  TensorRef b_ref = expandedRef(b, result.sizes());
-  if (op == Op::Add) {
-    kernels().add(out_ref, a_ref, b_ref, alpha.toDouble(), streamOf(result));
-  } else {
-    kernels().mul(out_ref, a_ref, b_ref, streamOf(result));
-  }
+  launchBinary(op, toRef(result), expandedRef(a, result.sizes()), expandedRef(b, result.sizes()),
+               alpha, streamOf(result));
   return result;
 }
 

@@ -5,8 +5,9 @@
 // cannot serve them: they are written here with ATen operators on infini
 // tensors (each native or in the fallback), with CUDA's kernels' definition:
 // the same gate order, the same saved workspace, float arithmetic for float16
-// and bfloat16 with one rounding at the end. Autograd uses PyTorch's own
-// formulas (derivatives.yaml), which call the backward kernels.
+// and bfloat16 with one rounding at the end (wide(): CUDA's accumulate
+// type). Autograd uses PyTorch's own formulas (derivatives.yaml), which call
+// the backward kernels.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -14,19 +15,12 @@
 #include <tuple>
 
 #include "bridge.h"
+#include "fused_reference.h"
 
 namespace torch_infini::ops {
 namespace {
 
 using at::Tensor;
-
-// The type CUDA's kernels compute in (its accumulate type).
-c10::ScalarType mathType(const Tensor& t) {
-  return (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) ? at::kFloat
-                                                                            : t.scalar_type();
-}
-
-Tensor inMath(const Tensor& t, c10::ScalarType math) { return t.to(math); }
 
 // CUDA's checks (checkSizes in RNN.cu); `factor` is 4 for LSTM, 3 for GRU.
 void checkCell(const char* name, const Tensor& input_gates, const Tensor& hidden_gates,
@@ -58,8 +52,8 @@ void checkCell(const char* name, const Tensor& input_gates, const Tensor& hidden
 // input_gates + hidden_gates (+ input_bias + hidden_bias), in math type.
 Tensor gateSums(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& input_bias,
                 const Tensor& hidden_bias, c10::ScalarType math) {
-  Tensor sum = inMath(input_gates, math) + inMath(hidden_gates, math);
-  if (input_bias.defined()) sum = sum + inMath(input_bias, math) + inMath(hidden_bias, math);
+  Tensor sum = input_gates.to(math) + hidden_gates.to(math);
+  if (input_bias.defined()) sum = sum + input_bias.to(math) + hidden_bias.to(math);
   return sum;
 }
 
@@ -73,13 +67,13 @@ std::tuple<Tensor, Tensor, Tensor> _thnn_fused_lstm_cell(
   const Tensor hidden_bias = valueOr(hidden_bias_opt);
   checkCell("_thnn_fused_lstm_cell", input_gates, hidden_gates, input_bias, hidden_bias, 4, cx);
   const c10::ScalarType dtype = input_gates.scalar_type();
-  const c10::ScalarType math = mathType(input_gates);
+  const c10::ScalarType math = wide(input_gates.scalar_type());
   const auto gates = gateSums(input_gates, hidden_gates, input_bias, hidden_bias, math).chunk(4, 1);
   const Tensor i = gates[0].sigmoid();
   const Tensor f = gates[1].sigmoid();
   const Tensor g = gates[2].tanh();
   const Tensor o = gates[3].sigmoid();
-  const Tensor cy = f * inMath(cx, math) + i * g;
+  const Tensor cy = f * cx.to(math) + i * g;
   const Tensor hy = o * cy.tanh();
   return {hy.to(dtype), cy.to(dtype), at::cat({i, f, g, o}, 1).to(dtype)};
 }
@@ -92,20 +86,20 @@ std::tuple<Tensor, Tensor, Tensor> _thnn_fused_lstm_cell_backward_impl(
   const Tensor grad_cy = valueOr(grad_cy_opt);
   if (!grad_hy.defined() && !grad_cy.defined()) return {};
   const c10::ScalarType dtype = workspace.scalar_type();
-  const c10::ScalarType math = mathType(workspace);
-  const auto saved = inMath(workspace, math).chunk(4, 1);
+  const c10::ScalarType math = wide(workspace.scalar_type());
+  const auto saved = workspace.to(math).chunk(4, 1);
   const Tensor &i = saved[0], &f = saved[1], &g = saved[2], &o = saved[3];
-  const Tensor tanh_cy = inMath(cy, math).tanh();
+  const Tensor tanh_cy = cy.to(math).tanh();
   Tensor grad_o = at::zeros_like(tanh_cy);
   Tensor grad_c = at::zeros_like(tanh_cy);
   if (grad_hy.defined()) {
-    const Tensor go = inMath(grad_hy, math);
+    const Tensor go = grad_hy.to(math);
     grad_o = go * tanh_cy;
     grad_c = go * o * (1 - tanh_cy * tanh_cy);
   }
-  if (grad_cy.defined()) grad_c = grad_c + inMath(grad_cy, math);
+  if (grad_cy.defined()) grad_c = grad_c + grad_cy.to(math);
   const Tensor grad_i = grad_c * g * (1 - i) * i;
-  const Tensor grad_f = grad_c * inMath(cx, math) * (1 - f) * f;
+  const Tensor grad_f = grad_c * cx.to(math) * (1 - f) * f;
   const Tensor grad_g = grad_c * i * (1 - g * g);
   grad_o = grad_o * (1 - o) * o;
   const Tensor grad_gates = at::cat({grad_i, grad_f, grad_g, grad_o}, 1).to(dtype);
@@ -123,17 +117,17 @@ std::tuple<Tensor, Tensor> _thnn_fused_gru_cell(const Tensor& input_gates,
   const Tensor hidden_bias = valueOr(hidden_bias_opt);
   checkCell("_thnn_fused_gru_cell", input_gates, hidden_gates, input_bias, hidden_bias, 3, hx);
   const c10::ScalarType dtype = input_gates.scalar_type();
-  const c10::ScalarType math = mathType(input_gates);
-  const auto ig = inMath(input_gates, math).chunk(3, 1);
-  const auto hg = inMath(hidden_gates, math).chunk(3, 1);
+  const c10::ScalarType math = wide(input_gates.scalar_type());
+  const auto ig = input_gates.to(math).chunk(3, 1);
+  const auto hg = hidden_gates.to(math).chunk(3, 1);
   // Summed in CUDA's order: input gate, hidden gate, input bias, hidden bias.
   Tensor r_sum = ig[0] + hg[0];
   Tensor z_sum = ig[1] + hg[1];
   Tensor n_in = ig[2];
   Tensor n_hidden = hg[2];
   if (input_bias.defined()) {
-    const auto b1 = inMath(input_bias, math).chunk(3);
-    const auto b2 = inMath(hidden_bias, math).chunk(3);
+    const auto b1 = input_bias.to(math).chunk(3);
+    const auto b2 = hidden_bias.to(math).chunk(3);
     r_sum = r_sum + b1[0] + b2[0];
     z_sum = z_sum + b1[1] + b2[1];
     n_in = n_in + b1[2];
@@ -142,7 +136,7 @@ std::tuple<Tensor, Tensor> _thnn_fused_gru_cell(const Tensor& input_gates,
   const Tensor r = r_sum.sigmoid();
   const Tensor z = z_sum.sigmoid();
   const Tensor n = (n_in + r * n_hidden).tanh();
-  const Tensor h = inMath(hx, math);
+  const Tensor h = hx.to(math);
   const Tensor hy = n + z * (h - n);
   return {hy.to(dtype), at::cat({r, z, n, h, n_hidden}, 1).to(dtype)};
 }
@@ -151,10 +145,10 @@ std::tuple<Tensor, Tensor> _thnn_fused_gru_cell(const Tensor& input_gates,
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> _thnn_fused_gru_cell_backward(
     const Tensor& grad_hy, const Tensor& workspace, bool has_bias) {
   const c10::ScalarType dtype = workspace.scalar_type();
-  const c10::ScalarType math = mathType(workspace);
-  const auto saved = inMath(workspace, math).chunk(5, 1);
+  const c10::ScalarType math = wide(workspace.scalar_type());
+  const auto saved = workspace.to(math).chunk(5, 1);
   const Tensor &r = saved[0], &z = saved[1], &n = saved[2], &hx = saved[3], &hn = saved[4];
-  const Tensor go = inMath(grad_hy, math);
+  const Tensor go = grad_hy.to(math);
   const Tensor grad_z = go * (hx - n) * (1 - z) * z;
   const Tensor grad_hx = (go * z).to(dtype);
   const Tensor grad_n = go * (1 - z) * (1 - n * n);

@@ -392,6 +392,7 @@ def _check_policy(replay: CpuReplay, amp_dtype: torch.dtype) -> None:
     assert seen, "the model reached no operator of the policy's lists"
 
 
+@functools.cache
 def _load_llama() -> Any:
     spec = importlib.util.spec_from_file_location("llama_example", REPO / "examples" / "llama.py")
     assert spec is not None and spec.loader is not None

@@ -4,8 +4,8 @@ Every pair of the common dtypes, as tensor and tensor, tensor and 0-dim
 tensor (infini and CPU), and tensor and Python number, against the CPU:
 bit for bit where infini runs the CPU's kernels (``host``). add, sub and mul
 run natively where the kernel allows (the operand cast on the device to the
-result dtype, then the kernel): on ``host`` no such call reaches the CPU
-fallback. Whatever the CPU refuses, infini refuses alike; nothing PyTorch
+result dtype, then the kernel): no such call reaches the CPU fallback on
+any backend. Whatever the CPU refuses, infini refuses alike; nothing PyTorch
 accepts is refused.
 """
 
@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import ALL_DTYPES
-from op_helpers import DEVICE, assert_matches, kernel_dtypes, make_cpu, runs_cpu_kernels
+from op_helpers import DEVICE, assert_matches, kernel_dtypes, make_cpu
+from torch_infini._operators import declarations
 
 # The common dtypes: every real one the suite makes tensors of.
 DTYPES = [dtype for dtype in ALL_DTYPES if not dtype.is_complex]
@@ -115,16 +116,32 @@ def test_tensor_and_python_number(op: str) -> None:
     assert not [f for f in failures if f], "\n".join(f for f in failures if f)
 
 
+def _castable() -> set[torch.dtype]:
+    """The dtypes the selected backend's kernel provider casts on the device:
+    every one on host (the CPU's copy), InfiniOps' Cast declarations for the
+    device type less torch-infini's refusals elsewhere."""
+    if torch_infini.backend() == "host":
+        return set(DTYPES)
+    return {
+        d.dtype
+        for d in declarations()
+        if d.op == "cast" and d.device_type == torch_infini.backend() and d.infinirt_refusal is None
+    }
+
+
 @pytest.mark.parametrize("op", ["add", "sub", "mul"])
 def test_mixed_dtypes_run_natively_where_the_kernel_allows(op: str) -> None:
-    """The operand is cast on the device, then the kernel runs: no fallback."""
-    if not runs_cpu_kernels():
-        pytest.skip("asserted on host, whose declared support is InfiniOps' CPU build's")
+    """The operand is cast on the device, then the kernel runs: no fallback,
+    wherever the backend's kernel takes the result dtype and its provider
+    casts both operand dtypes."""
     native = set(kernel_dtypes(op))
+    castable = _castable()
     checked = 0
     for a, b in _pairs():
         result = torch.result_type(torch.empty(1, dtype=a), torch.empty(1, dtype=b))
         if a == b or result not in native or (op == "sub" and torch.bool in (a, b)):
+            continue
+        if not {a, b} <= castable:
             continue
         x, y = _operand(a, (2, 3), 8).to(DEVICE), _operand(b, (2, 3), 9).to(DEVICE)
         torch_infini.cpu_fallback.reset_stats()

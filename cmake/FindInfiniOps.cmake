@@ -19,6 +19,7 @@
 # or CUDA_cublas_LIBRARY / CUDA_cublasLt_LIBRARY for a cuBLAS installed apart
 # from the toolkit (the `nvidia-cublas` wheel).
 include(FindPackageHandleStandardArgs)
+include(TorchInfiniVendorLibraries)
 
 foreach(_v INFINI_OPS_PREFIX INFINI_OPS_INCLUDE_DIRS INFINI_OPS_LIBRARY_DIRS)
   if(NOT DEFINED ${_v} AND DEFINED ENV{${_v}})
@@ -55,70 +56,11 @@ endif()
 find_package_handle_standard_args(InfiniOps
   REQUIRED_VARS InfiniOps_LIBRARY InfiniOps_INCLUDE_DIR)
 
-# The libraries libinfiniops itself was linked against (its DT_NEEDED).
-function(_infini_ops_needed_libraries library out)
-  set(_needed "")
-  if(CMAKE_READELF)
-    execute_process(COMMAND "${CMAKE_READELF}" -d "${library}"
-      OUTPUT_VARIABLE _dynamic ERROR_QUIET RESULT_VARIABLE _rc)
-    if(_rc EQUAL 0)
-      string(REGEX MATCHALL "\\(NEEDED\\)[^[]*\\[[^]]+\\]" _entries "${_dynamic}")
-      foreach(_entry IN LISTS _entries)
-        string(REGEX REPLACE ".*\\[([^]]+)\\]" "\\1" _name "${_entry}")
-        list(APPEND _needed "${_name}")
-      endforeach()
-    endif()
-  else()
-    message(WARNING "FindInfiniOps: no readelf found; cannot tell which vendor "
-      "libraries ${library} needs, so executables linking torch-infini may not link")
-  endif()
-  set(${out} "${_needed}" PARENT_SCOPE)
-endfunction()
-
-# The CUDA libraries a needed soname names, as FindCUDAToolkit's targets.
-function(_infini_ops_cuda_target soname out)
-  set(_target "")
-  if(soname MATCHES "^libcudart\\.so")
-    set(_target CUDA::cudart)
-  elseif(soname MATCHES "^libcublasLt\\.so")
-    set(_target CUDA::cublasLt)
-  elseif(soname MATCHES "^libcublas\\.so")
-    set(_target CUDA::cublas)
-  elseif(soname MATCHES "^libcuda\\.so")
-    set(_target CUDA::cuda_driver)
-  endif()
-  set(${out} "${_target}" PARENT_SCOPE)
-endfunction()
-
 set(InfiniOps_LINK_DEPENDENCIES "")
 set(InfiniOps_LINK_DEPENDENCY_FILES "")
 if(InfiniOps_LIBRARY)
-  _infini_ops_needed_libraries("${InfiniOps_LIBRARY}" _ti_needed)
-  foreach(_lib IN LISTS _ti_needed)
-    _infini_ops_cuda_target("${_lib}" _target)
-    list(APPEND InfiniOps_LINK_DEPENDENCIES ${_target})
-  endforeach()
-  if(InfiniOps_LINK_DEPENDENCIES)
-    find_package(CUDAToolkit QUIET)
-    set(_ti_unresolved "")
-    foreach(_target IN LISTS InfiniOps_LINK_DEPENDENCIES)
-      if(TARGET ${_target})
-        get_target_property(_file ${_target} IMPORTED_LOCATION)
-        list(APPEND InfiniOps_LINK_DEPENDENCY_FILES "${_file}")
-      else()
-        list(APPEND _ti_unresolved ${_target})
-      endif()
-    endforeach()
-    if(_ti_unresolved)
-      list(JOIN _ti_needed ", " _ti_needed_text)
-      list(JOIN _ti_unresolved ", " _ti_unresolved)
-      message(FATAL_ERROR "InfiniOps at ${InfiniOps_LIBRARY} is a CUDA build "
-        "(it needs ${_ti_needed_text}), but CMake's FindCUDAToolkit did not find "
-        "${_ti_unresolved}. Set CUDAToolkit_ROOT to the CUDA toolkit, and "
-        "CUDA_cublas_LIBRARY / CUDA_cublasLt_LIBRARY where cuBLAS lies apart from "
-        "it (for example the nvidia-cublas wheel's lib/libcublas.so.13).")
-    endif()
-  endif()
+  torch_infini_vendor_link_dependencies("${InfiniOps_LIBRARY}" InfiniOps
+    InfiniOps_LINK_DEPENDENCY_FILES InfiniOps_LINK_DEPENDENCIES)
 endif()
 
 if(InfiniOps_FOUND AND NOT TARGET InfiniOps::infiniops)

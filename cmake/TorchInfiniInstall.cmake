@@ -7,6 +7,7 @@ install(TARGETS torch_infini EXPORT TorchInfiniTargets
 install(DIRECTORY
     "${PROJECT_SOURCE_DIR}/native/runtime/include/"
     "${PROJECT_SOURCE_DIR}/native/ops/include/"
+    "${PROJECT_SOURCE_DIR}/native/distributed/include/"
   DESTINATION "${TORCH_INFINI_INSTALL_INCLUDEDIR}"
   FILES_MATCHING PATTERN "*.h")
 install(EXPORT TorchInfiniTargets

@@ -35,6 +35,30 @@ if(NOT _ti_stack STREQUAL "OFF")
   endif()
 endif()
 
+# InfiniCCL, the stack's collective library: the device engine of the c10d
+# backend "infini" on accelerators (found, never fetched or built).
+#   TORCH_INFINI_INFINICCL=AUTO     use it when found with the stack (default)
+#   TORCH_INFINI_INFINICCL=REQUIRE  fail configuration unless found
+#   TORCH_INFINI_INFINICCL=OFF      ignore it (gloo through host memory only)
+set(TORCH_INFINI_INFINICCL "AUTO" CACHE STRING "Use InfiniCCL: AUTO, REQUIRE or OFF")
+set_property(CACHE TORCH_INFINI_INFINICCL PROPERTY STRINGS AUTO REQUIRE OFF)
+string(TOUPPER "${TORCH_INFINI_INFINICCL}" _ti_ccl)
+if(NOT _ti_ccl MATCHES "^(AUTO|REQUIRE|OFF)$")
+  message(FATAL_ERROR "TORCH_INFINI_INFINICCL must be AUTO, REQUIRE or OFF, got '${TORCH_INFINI_INFINICCL}'")
+endif()
+set(TORCH_INFINI_WITH_INFINICCL OFF)
+if(NOT _ti_ccl STREQUAL "OFF" AND TORCH_INFINI_WITH_STACK)
+  find_package(InfiniCCL QUIET)
+  if(InfiniCCL_FOUND)
+    set(TORCH_INFINI_WITH_INFINICCL ON)
+    message(STATUS "torch-infini: InfiniCCL ${InfiniCCL_LIBRARY}")
+  endif()
+endif()
+if(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_INFINICCL)
+  message(FATAL_ERROR "torch-infini: TORCH_INFINI_INFINICCL=REQUIRE but InfiniCCL was not found "
+    "with the Infini stack (set INFINI_CCL_PREFIX or CMAKE_PREFIX_PATH)")
+endif()
+
 # Defines for the InfiniOps operators the installed library instantiates.
 function(torch_infini_ops_definitions target)
   foreach(_op Add Mul Gemm Relu Silu RmsNorm Cast SiluAndMul Swiglu CausalSoftmax Cat)

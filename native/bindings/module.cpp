@@ -13,6 +13,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "c10d_backend.h"
+#include "torch_infini/distributed/backend.h"
 #include "torch_infini/ops/cpu_fallback.h"
 #include "torch_infini/ops/declared_support.h"
 #include "torch_infini/ops/kernel_provider.h"
@@ -95,6 +97,20 @@ NB_MODULE(_C, m) {
   m.def("_fallback_force_staging", &ops::setFallbackForceStaging);
   m.def("_foreign_kernel_launches", &ops::foreignKernelLaunches);
   m.def("_fallback_forces_staging", &ops::fallbackForceStaging);
+
+  // torch.distributed: the c10d backend "infini" (torch_infini.distributed).
+  m.def(
+      "_dist_backend",
+      [](nb::handle engine, int rank, int size, nb::handle infiniccl_store) {
+        return nb::steal(
+            torch_infini::bindings::makeBackend(engine.ptr(), rank, size, infiniccl_store.ptr()));
+      },
+      nb::arg("engine"), nb::arg("rank"), nb::arg("size"), nb::arg("infiniccl_store").none());
+  m.def("_dist_has_infiniccl", &torch_infini::distributed::hasInfiniCCL);
+  m.def("_dist_force_staging", &torch_infini::distributed::setForceStaging);
+  m.def("_dist_forces_staging", &torch_infini::distributed::forceStaging);
+  m.def("_dist_drain_completions", &torch_infini::distributed::drainCompletions,
+        nb::arg("timeout_ms"), nb::call_guard<nb::gil_scoped_release>());
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);

@@ -49,7 +49,13 @@ from . import _printing  # noqa: E402
 
 _printing.install()
 
-from . import cpu_fallback, ops  # noqa: E402
+from . import cpu_fallback, distributed, ops  # noqa: E402
+
+distributed._register()  # the c10d backend "infini" for torch.distributed
+
+from . import _exit  # noqa: E402
+
+_exit.install()
 
 cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 
@@ -61,6 +67,7 @@ from ._operators import OperatorInfo, operators, supported_dtypes  # noqa: E402
 __all__ = [
     "OperatorInfo",
     "cpu_fallback",
+    "distributed",
     "backend",
     "built_torch_version",
     "compiled_backends",

@@ -3,13 +3,15 @@
 - InfiniRT: an InfiniRT with device types torch-infini has no capability
   policy for stops at configure time, naming them and the tested releases
   (not deep in a header); the tested enums configure.
-- InfiniOps: a vendor (CUDA) build's own libraries reach everything that
-  links torch-infini, so an executable linking a library that links InfiniOps
-  links; where they cannot be found, configuration stops and says what to set.
+- InfiniOps, InfiniCCL: a vendor build's own libraries (CUDA, NCCL) reach
+  everything that links torch-infini, so an executable linking a library that
+  links them links; where they cannot be found, configuration stops and says
+  what to set.
 
 Each case configures a small CMake project that uses the project's
 cmake/Find*.cmake against a fake install: InfiniRT's device enum and an empty
-library file; an InfiniOps library that calls into a fake cuBLAS.
+library file; an InfiniOps library that calls into a fake cuBLAS; an
+InfiniCCL library that calls into a fake NCCL.
 """
 
 from __future__ import annotations
@@ -205,3 +207,105 @@ def test_a_cuda_infiniops_without_cuda_stops_configuration(tmp_path: Path) -> No
     assert "libcublas.so.13" in message
     assert "did not find CUDA::cublas, CUDA::cudart" in message
     assert "CUDA_cublas_LIBRARY" in message
+
+
+def _fake_nccl_infiniccl(root: Path) -> tuple[Path, Path]:
+    """libinfiniccl.so (an NCCL build) needing libnccl.so.2, which lies apart
+    (as the nvidia-nccl wheel's does)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is a build requirement of the project"
+    nccl = root / "nccl" / "lib"
+    nccl.mkdir(parents=True)
+    _shared_library(
+        cc,
+        nccl / "libnccl.so.2",
+        "int ncclGetVersion(int* v) { return 0; }\n",
+        soname="libnccl.so.2",
+    )
+    ccl = root / "infiniccl"
+    (ccl / "include" / "infiniccl").mkdir(parents=True)
+    (ccl / "include" / "infiniccl" / "comm.h").write_text("#pragma once\n")
+    (ccl / "lib").mkdir()
+    _shared_library(
+        cc,
+        ccl / "lib" / "libinfiniccl.so",
+        "int ncclGetVersion(int*);\n"
+        "int infiniccl_probe(void) { int v; return ncclGetVersion(&v); }\n",
+        "-Wl,--no-as-needed",
+        str(nccl / "libnccl.so.2"),
+    )
+    return ccl, nccl
+
+
+def _configure_infiniccl(
+    tmp_path: Path, *defines: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    cmake = shutil.which("cmake")
+    assert cmake, "cmake is a build requirement of the project"
+    ccl, nccl = _fake_nccl_infiniccl(tmp_path / "fake")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "consumer.c").write_text(
+        "int infiniccl_probe(void);\nint consumer(void) { return infiniccl_probe(); }\n"
+    )
+    (project / "app.c").write_text("int consumer(void);\nint main(void) { return consumer(); }\n")
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(probe C)\n"
+        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
+        "find_package(InfiniCCL REQUIRED)\n"
+        'message(STATUS "needs: ${InfiniCCL_LINK_DEPENDENCY_FILES}")\n'
+        "add_library(consumer SHARED consumer.c)\n"
+        "target_link_libraries(consumer PRIVATE InfiniCCL::infiniccl)\n"
+        "add_executable(app app.c)\n"
+        "target_link_libraries(app PRIVATE consumer)\n"
+    )
+    result = subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(project),
+            "-B",
+            str(tmp_path / "build"),
+            f"-DINFINI_CCL_PREFIX={ccl}",
+            *defines,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return result, nccl
+
+
+def test_an_nccl_infiniccl_carries_nccl_to_executables(tmp_path: Path) -> None:
+    nccl = tmp_path / "fake" / "nccl" / "lib"
+    result, _ = _configure_infiniccl(tmp_path, f"-DNCCL_LIBRARY={nccl / 'libnccl.so.2'}")
+    assert result.returncode == 0, result.stderr
+    assert f"needs: {nccl / 'libnccl.so.2'}" in result.stdout
+    built = subprocess.run(
+        [shutil.which("cmake") or "cmake", "--build", str(tmp_path / "build")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Without the dependency: "libnccl.so.2, needed by libinfiniccl.so, not found".
+    assert built.returncode == 0, built.stdout + built.stderr
+
+
+def test_an_nccl_infiniccl_without_nccl_stops_configuration(tmp_path: Path) -> None:
+    # No system NCCL may stand in for the missing one (the tools are named,
+    # since system paths are not searched).
+    make, cc = shutil.which("make"), shutil.which("cc") or shutil.which("gcc")
+    assert make and cc, "make and a C compiler are build requirements of the project"
+    result, _ = _configure_infiniccl(
+        tmp_path,
+        "-DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF",
+        "-DCMAKE_FIND_USE_SYSTEM_ENVIRONMENT_PATH=OFF",
+        f"-DCMAKE_MAKE_PROGRAM={make}",
+        f"-DCMAKE_C_COMPILER={cc}",
+    )
+    assert result.returncode != 0
+    message = " ".join(result.stderr.split())
+    assert "InfiniCCL at" in message and "(it needs libnccl.so.2" in message
+    assert "set NCCL_ROOT or NCCL_LIBRARY" in message

@@ -1,0 +1,515 @@
+// The c10d backend "infini": the device engine where it serves a call, else
+// the CPU engine through host memory (see backend.h for the rules).
+#include "torch_infini/distributed/backend.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "completion_thread.h"
+#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/stream.h"
+
+namespace torch_infini::distributed {
+namespace {
+
+std::atomic<bool> g_force_staging{false};
+
+// What one call hands the CPU engine and what it owes device memory
+// afterwards. Shared by the Work and the completion thread's task: whichever
+// sees the collective finish first copies staged outputs back, once.
+struct Completion {
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;  // (infini, host)
+  std::vector<at::Tensor> result;  // what Work::result() and the future give
+  std::vector<at::Tensor> keep;    // infini and host tensors held until done
+  std::once_flag once;
+
+  void finish() {
+    std::call_once(once, [this] {
+      for (auto& [device, host] : copy_back) device.copy_(host);
+      copy_back.clear();
+      keep.clear();
+    });
+  }
+};
+
+// Builds the CPU-side tensors of one call on one infini device.
+class HostSide {
+ public:
+  HostSide(const char* op, std::shared_ptr<Completion> done)
+      : op_(op), done_(std::move(done)), staged_(g_force_staging.load()) {}
+
+  // Checks a tensor and fixes the call's device from the first one.
+  void check(const at::Tensor& t) {
+    TORCH_CHECK_VALUE(t.defined(), "ProcessGroup backend 'infini': ", op_,
+                      " got an undefined tensor");
+    TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1,
+                      "ProcessGroup backend 'infini': ", op_,
+                      " expects infini tensors, got a tensor on ", t.device(),
+                      ". CPU tensors need a CPU backend in the group, e.g. "
+                      "init_process_group(backend=\"cpu:gloo,infini:infini\")");
+    TORCH_CHECK_VALUE(t.layout() == c10::kStrided, "ProcessGroup backend 'infini': ", op_,
+                      " supports strided tensors, got layout ", t.layout());
+    if (!device_) {
+      device_ = t.device();
+      // Inputs are read by the engine from the CPU: wait for the producers
+      // enqueued on the current stream of this device.
+      runtime::get().synchronizeStream(currentNativeStreamUnchecked(device_->index()));
+      if (!runtime::get().capabilities().host_addressable) staged_ = true;
+    } else {
+      TORCH_CHECK_VALUE(t.device() == *device_, "ProcessGroup backend 'infini': ", op_,
+                        " got tensors on ", *device_, " and ", t.device(),
+                        "; one process drives one device per call");
+    }
+  }
+
+  // Read by the engine.
+  at::Tensor in(const at::Tensor& t) { return map(t, /*read=*/true, /*write=*/false); }
+  // Written by the engine (every element).
+  at::Tensor out(const at::Tensor& t) { return map(t, /*read=*/false, /*write=*/true); }
+  // Read and written.
+  at::Tensor inout(const at::Tensor& t) { return map(t, /*read=*/true, /*write=*/true); }
+
+  std::vector<at::Tensor> in(const std::vector<at::Tensor>& ts) {
+    return each(ts, &HostSide::inVec);
+  }
+  std::vector<at::Tensor> out(const std::vector<at::Tensor>& ts) {
+    return each(ts, &HostSide::outVec);
+  }
+  std::vector<at::Tensor> inout(const std::vector<at::Tensor>& ts) {
+    return each(ts, &HostSide::inoutVec);
+  }
+  std::vector<std::vector<at::Tensor>> in(const std::vector<std::vector<at::Tensor>>& ls) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (const auto& l : ls) r.push_back(in(l));
+    return r;
+  }
+  std::vector<std::vector<at::Tensor>> out(const std::vector<std::vector<at::Tensor>>& ls) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (const auto& l : ls) r.push_back(out(l));
+    return r;
+  }
+
+  std::optional<c10::Device> device() const { return device_; }
+
+ private:
+  at::Tensor inVec(const at::Tensor& t) { return in(t); }
+  at::Tensor outVec(const at::Tensor& t) { return out(t); }
+  at::Tensor inoutVec(const at::Tensor& t) { return inout(t); }
+
+  std::vector<at::Tensor> each(const std::vector<at::Tensor>& ts,
+                               at::Tensor (HostSide::*f)(const at::Tensor&)) {
+    std::vector<at::Tensor> r;
+    r.reserve(ts.size());
+    for (const auto& t : ts) r.push_back((this->*f)(t));
+    return r;
+  }
+
+  at::Tensor map(const at::Tensor& t, bool read, bool write) {
+    check(t);
+    done_->keep.push_back(t);
+    at::Tensor host;
+    if (t.numel() == 0) {
+      host = at::empty_like(t, t.options().device(c10::kCPU));
+    } else if (!staged_) {
+      // A CPU tensor over the same bytes; its deleter holds the storage.
+      host = at::from_blob(
+          t.data_ptr(), t.sizes(), t.strides(), [storage = t.storage()](void*) {},
+          t.options().device(c10::kCPU));
+    } else {
+      const bool pinned = runtime::get().capabilities().pinned_host;
+      host = at::empty_like(t, t.options().device(c10::kCPU).pinned_memory(pinned));
+      if (read) host.copy_(t);
+      if (write) done_->copy_back.emplace_back(t, host);
+    }
+    done_->keep.push_back(host);
+    return host;
+  }
+
+  const char* op_;
+  std::shared_ptr<Completion> done_;
+  bool staged_;
+  std::optional<c10::Device> device_;
+};
+
+// The Work of one call: the engine's Work plus the copy back of staged
+// outputs, and a future on the infini device whose value is the infini
+// tensors the call wrote.
+class HostMemoryWork final : public c10d::Work {
+ public:
+  HostMemoryWork(c10::intrusive_ptr<c10d::Work> engine, std::shared_ptr<Completion> done,
+                 std::optional<c10::Device> device)
+      : engine_(std::move(engine)), done_(std::move(done)) {
+    // Not every engine Work has a future (gloo's send/recv and reduce_scatter
+    // do not); then neither has this one, as on the CPU.
+    try {
+      engine_->getFuture();
+    } catch (const c10::Error&) {
+      return;
+    }
+    std::vector<c10::Device> devices;
+    if (device) devices.push_back(*device);
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()), devices);
+    // Completed on the completion thread, not in a callback on the engine's
+    // future: see completion_thread.h.
+    CompletionThread::get().post([engine = engine_, done = done_, future = future_] {
+      try {
+        engine->wait();
+        done->finish();
+        future->markCompleted(c10::IValue(done->result));
+      } catch (...) {
+        future->setError(std::current_exception());
+      }
+    });
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    engine_->wait(timeout);
+    done_->finish();
+    return true;
+  }
+  bool isCompleted() override {
+    if (!engine_->isCompleted()) return false;
+    if (!engine_->exception()) done_->finish();
+    return true;
+  }
+  bool isSuccess() const override { return engine_->isSuccess(); }
+  std::exception_ptr exception() const override { return engine_->exception(); }
+  int sourceRank() const override { return engine_->sourceRank(); }
+  std::vector<at::Tensor> result() override { return done_->result; }
+  void abort() override { engine_->abort(); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    TORCH_CHECK(future_,
+                "ProcessGroup backend 'infini': its engine (gloo) gives this "
+                "collective no future; call wait()");
+    return future_;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> engine_;
+  std::shared_ptr<Completion> done_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// Waits for every Work of a coalesced block.
+class CoalescedWork final : public c10d::Work {
+ public:
+  explicit CoalescedWork(std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : works_(std::move(works)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  bool isCompleted() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+// The Work of a call the device engine enqueued on the current stream: done
+// as far as the host is concerned. Its future is complete at once and, being
+// on the device, makes whoever waits on it wait for that stream (as NCCL's).
+class EnqueuedWork final : public c10d::Work {
+ public:
+  explicit EnqueuedWork(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()),
+        std::vector<c10::Device>{tensors_.front().device()});
+    future_->markCompleted(c10::IValue(tensors_));
+  }
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    future_->wait();  // the current stream waits for the collective's stream
+    return true;
+  }
+  bool isCompleted() override { return true; }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+bool isInfini(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// Runs one engine call with the backend's name in any error it raises.
+template <typename F>
+c10::intrusive_ptr<c10d::Work> onEngine(const char* op, F&& call) {
+  try {
+    return call();
+  } catch (c10::Error& e) {
+    e.add_context(c10::str("in ", op, " of ProcessGroup backend 'infini' (engine: gloo, ",
+                           "through host memory)"));
+    throw;
+  }
+}
+
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ls) {
+  std::vector<at::Tensor> r;
+  for (const auto& l : ls) r.insert(r.end(), l.begin(), l.end());
+  return r;
+}
+
+}  // namespace
+
+void setForceStaging(bool on) { g_force_staging.store(on); }
+bool forceStaging() { return g_force_staging.load(); }
+
+bool drainCompletions(int64_t timeout_ms) {
+  if (!CompletionThread::started()) return true;
+  return CompletionThread::get().drain(std::chrono::milliseconds(timeout_ms));
+}
+
+InfiniBackend::InfiniBackend(c10::intrusive_ptr<c10d::Backend> engine, int rank, int size,
+                             std::unique_ptr<DeviceEngine> device_engine)
+    : c10d::Backend(rank, size),
+      engine_(std::move(engine)),
+      device_engine_(std::move(device_engine)) {
+  TORCH_CHECK(engine_, "ProcessGroup backend 'infini': no engine");
+}
+
+const std::string InfiniBackend::getBackendName() const { return "infini"; }
+
+void InfiniBackend::setTimeout(std::chrono::milliseconds timeout) { engine_->setTimeout(timeout); }
+void InfiniBackend::abort() { engine_->abort(); }
+void InfiniBackend::shutdown() { engine_->shutdown(); }
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::track(c10::intrusive_ptr<c10d::Work> work) {
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+// One call: map tensors, run the engine, wrap its Work. The body (a block)
+// sees `side` and `done` and returns the engine's Work.
+#define TI_HOST_CALL(OP, ...)                                                              \
+  do {                                                                                     \
+    auto done = std::make_shared<Completion>();                                            \
+    HostSide side(OP, done);                                                               \
+    auto engine_work = onEngine(OP, [&]()->c10::intrusive_ptr<c10d::Work> __VA_ARGS__);    \
+    return track(                                                                          \
+        c10::make_intrusive<HostMemoryWork>(std::move(engine_work), done, side.device())); \
+  } while (false)
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                        const c10d::BroadcastOptions& opts) {
+  TI_HOST_CALL("broadcast", {
+    auto host = side.inout(tensors);
+    done->result = tensors;
+    return engine_->broadcast(host, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::AllreduceOptions& opts) {
+  if (device_engine_ && tensors.size() == 1 && isInfini(tensors[0]) &&
+      device_engine_->allreduce(tensors[0], opts.reduceOp)) {
+    return track(c10::make_intrusive<EnqueuedWork>(tensors));
+  }
+  TI_HOST_CALL("all_reduce", {
+    auto host = side.inout(tensors);
+    done->result = tensors;
+    return engine_->allreduce(host, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TI_HOST_CALL("all_reduce_coalesced", {
+    auto host = side.inout(tensors);
+    done->result = tensors;
+    return engine_->allreduce_coalesced(host, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::ReduceOptions& opts) {
+  TI_HOST_CALL("reduce", {
+    auto host = side.inout(tensors);
+    done->result = tensors;
+    return engine_->reduce(host, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TI_HOST_CALL("all_gather", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = flat(outputs);
+    return engine_->allgather(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                              const c10d::AllgatherOptions& opts) {
+  TI_HOST_CALL("all_gather_into_tensor", {
+    auto host_in = side.in(input);
+    auto host_out = side.out(output);
+    done->result = {output};
+    return engine_->_allgather_base(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TI_HOST_CALL("all_gather_coalesced", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = flat(outputs);
+    return engine_->allgather_coalesced(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TI_HOST_CALL("all_gather_into_tensor_coalesced", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = outputs;
+    return engine_->allgather_into_tensor_coalesced(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::GatherOptions& opts) {
+  TI_HOST_CALL("gather", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = flat(outputs);
+    return engine_->gather(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                      std::vector<std::vector<at::Tensor>>& inputs,
+                                                      const c10d::ScatterOptions& opts) {
+  TI_HOST_CALL("scatter", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = outputs;
+    return engine_->scatter(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TI_HOST_CALL("reduce_scatter", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = outputs;
+    return engine_->reduce_scatter(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  TI_HOST_CALL("reduce_scatter_tensor", {
+    auto host_in = side.in(input);
+    auto host_out = side.out(output);
+    done->result = {output};
+    return engine_->_reduce_scatter_base(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TI_HOST_CALL("reduce_scatter_tensor_coalesced", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = outputs;
+    return engine_->reduce_scatter_tensor_coalesced(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  TI_HOST_CALL("all_to_all_single", {
+    auto host_in = side.in(input);
+    auto host_out = side.out(output);
+    done->result = {output};
+    return engine_->alltoall_base(host_out, host_in, output_split_sizes, input_split_sizes, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllToAllOptions& opts) {
+  TI_HOST_CALL("all_to_all", {
+    auto host_in = side.in(inputs);
+    auto host_out = side.out(outputs);
+    done->result = outputs;
+    return engine_->alltoall(host_out, host_in, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                                   int tag) {
+  TI_HOST_CALL("send", {
+    auto host = side.in(tensors);
+    return engine_->send(host, dst_rank, tag);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                                   int tag) {
+  TI_HOST_CALL("recv", {
+    auto host = side.out(tensors);
+    done->result = tensors;
+    return engine_->recv(host, src_rank, tag);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                            int tag) {
+  TI_HOST_CALL("recv (any source)", {
+    auto host = side.out(tensors);
+    done->result = tensors;
+    return engine_->recvAnysource(host, tag);
+  });
+}
+
+#undef TI_HOST_CALL
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::barrier(const c10d::BarrierOptions& opts) {
+  // The engine's barrier; work already enqueued on this process's streams is
+  // not part of it (as with NCCL, synchronize first if that matters).
+  return track(onEngine("barrier", [&] { return engine_->barrier(opts); }));
+}
+
+void InfiniBackend::startCoalescing() {
+  TORCH_CHECK(!coalescing_,
+              "ProcessGroup backend 'infini': startCoalescing called twice "
+              "without endCoalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> InfiniBackend::endCoalescing() {
+  TORCH_CHECK(coalescing_,
+              "ProcessGroup backend 'infini': endCoalescing without "
+              "startCoalescing");
+  coalescing_ = false;
+  return c10::make_intrusive<CoalescedWork>(std::move(coalesced_));
+}
+
+}  // namespace torch_infini::distributed

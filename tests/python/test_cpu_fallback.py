@@ -10,6 +10,7 @@ warns once per operator and counts.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -331,6 +332,32 @@ def test_cpu_kernels_are_not_decomposed() -> None:
 
     for got, want in zip(run("infini"), run("cpu"), strict=True):
         assert_bitwise_equal(got, want)
+
+
+@pytest.mark.parametrize("loss", [F.mse_loss, F.smooth_l1_loss], ids=["mse", "smooth_l1"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_run_the_cpus_functional_kernel_without_warnings(
+    loss: Callable[..., torch.Tensor], reduction: str
+) -> None:
+    """mse_loss and smooth_l1_loss: on other backends PyTorch allocates the
+    reduced result and calls .out, whose CPU kernel resized it with a
+    deprecation warning ("An output with one or more elements was resized").
+    The CPU's functional kernel runs instead: no warning, the CPU's values
+    and gradients bit for bit."""
+    x, t = make_cpu((5, 7), torch.float32), make_cpu((5, 7), torch.float32, seed=1)
+
+    def run(device: str) -> list[torch.Tensor]:
+        xd = x.to(device).requires_grad_()
+        out = loss(xd, t.to(device), reduction=reduction)
+        out.backward(torch.ones_like(out))
+        return [out, xd.grad]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run("infini")
+    for a, b in zip(got, run("cpu"), strict=True):
+        assert_bitwise_equal(a, b)
+    assert {"aten::mse_loss", "aten::smooth_l1_loss"} <= set(fallback.routed_operators())
 
 
 def test_sparse_nested_and_quantized_tensors_are_refused_clearly() -> None:

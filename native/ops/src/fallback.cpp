@@ -353,10 +353,16 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 // 2. Convolutions: PyTorch sends a backend outside its list (CPU, CUDA,
 //    MKLDNN, ...) to convolution_overrideable; the CPU's convolution runs
 //    instead, and autograd's convolution_backward with it.
+// 3. Losses whose functional form other backends get as "allocate the
+//    result, then call .out", while the CPU's .out kernel builds an
+//    elementwise iterator over that (reduced) result: it resizes it and
+//    warns "An output with one or more elements was resized". The CPU's
+//    functional kernel runs instead. (Found by running every OpInfo.)
 namespace {
 
 constexpr const char* kConvolutions[] = {"aten::convolution", "aten::_convolution",
                                          "aten::convolution_backward"};
+constexpr const char* kResizingOutLosses[] = {"aten::mse_loss", "aten::smooth_l1_loss"};
 
 bool hasInfiniKernel(const std::string& name) {
   for (const OperatorEntry& entry : bridgeOperators())
@@ -381,6 +387,8 @@ const std::vector<std::string>& routedOperators() {
   // are complete by then, and infini's own kernels are bridgeOperators().
   static const std::vector<std::string> names = [] {
     std::vector<std::string> found(std::begin(kConvolutions), std::end(kConvolutions));
+    for (const char* name : kResizingOutLosses)
+      if (!hasInfiniKernel(name)) found.emplace_back(name);
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
       if (op_name.name.rfind("aten::", 0) != 0) continue;

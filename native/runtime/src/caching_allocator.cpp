@@ -1,5 +1,6 @@
 #include "caching_allocator.h"
 
+#include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -338,7 +339,19 @@ class Allocator final : public CachingDeviceAllocator {
     update(s.allocated_bytes, small, static_cast<int64_t>(block->size));
     update(s.active_bytes, small, static_cast<int64_t>(block->size));
     update(s.requested_bytes, small, static_cast<int64_t>(bytes));
+    reportToProfiler(cache, block, static_cast<int64_t>(block->size));
     return block;
+  }
+
+  // torch.profiler's profile_memory: each allocation and free, with the
+  // device's totals afterwards (a no-op unless a profiler records memory).
+  static void reportToProfiler(const DeviceCache& cache, const Block* block, int64_t delta) {
+    if (!c10::memoryProfilingEnabled()) return;
+    const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+    c10::reportMemoryUsageToProfiler(
+        block->ptr, delta, static_cast<size_t>(cache.stats.allocated_bytes[agg].current),
+        static_cast<size_t>(cache.stats.reserved_bytes[agg].current),
+        c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(block->device)));
   }
 
   // Gives the free block at `it` the extent [ptr, ptr + size). When its new
@@ -396,6 +409,7 @@ class Allocator final : public CachingDeviceAllocator {
     update(s.allocation, block->small, -1);
     update(s.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     update(s.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    reportToProfiler(cache, block, -static_cast<int64_t>(block->size));
     block->allocated = false;
     if (!block->stream_uses.empty()) {
       // Other streams may still read or write it: reuse after their work.

@@ -257,10 +257,40 @@ c10::intrusive_ptr<c10d::Work> onEngine(const char* op, F&& call) {
   }
 }
 
+// The infini tensors a call wrote, as Work::result() and the future give them.
+std::vector<at::Tensor> flat(const at::Tensor& t) { return {t}; }
+std::vector<at::Tensor> flat(const std::vector<at::Tensor>& ts) { return ts; }
 std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ls) {
   std::vector<at::Tensor> r;
   for (const auto& l : ls) r.insert(r.end(), l.begin(), l.end());
   return r;
+}
+
+// One CPU-engine call: `outputs` written from `inputs` (either may be a
+// tensor, a list or a list of lists); `call(host_outputs, host_inputs)`
+// runs the engine's collective.
+template <typename Out, typename In, typename Call>
+c10::intrusive_ptr<c10d::Work> outOfIn(const char* op, Out& outputs, In& inputs, Call&& call) {
+  auto done = std::make_shared<Completion>();
+  HostSide side(op, done);
+  auto host_in = side.in(inputs);
+  auto host_out = side.out(outputs);
+  done->result = flat(outputs);
+  auto work = onEngine(op, [&] { return call(host_out, host_in); });
+  return c10::make_intrusive<HostMemoryWork>(std::move(work), done, side.device());
+}
+
+// One CPU-engine call that reads and writes `tensors` in place (or only
+// reads them: `writes` false).
+template <typename Call>
+c10::intrusive_ptr<c10d::Work> inPlace(const char* op, std::vector<at::Tensor>& tensors,
+                                       Call&& call, bool writes = true) {
+  auto done = std::make_shared<Completion>();
+  HostSide side(op, done);
+  auto host = writes ? side.inout(tensors) : side.in(tensors);
+  if (writes) done->result = tensors;
+  auto work = onEngine(op, [&] { return call(host); });
+  return c10::make_intrusive<HostMemoryWork>(std::move(work), done, side.device());
 }
 
 }  // namespace
@@ -292,203 +322,130 @@ c10::intrusive_ptr<c10d::Work> InfiniBackend::track(c10::intrusive_ptr<c10d::Wor
   return work;
 }
 
-// One call: map tensors, run the engine, wrap its Work. The body (a block)
-// sees `side` and `done` and returns the engine's Work.
-#define TI_HOST_CALL(OP, ...)                                                              \
-  do {                                                                                     \
-    auto done = std::make_shared<Completion>();                                            \
-    HostSide side(OP, done);                                                               \
-    auto engine_work = onEngine(OP, [&]()->c10::intrusive_ptr<c10d::Work> __VA_ARGS__);    \
-    return track(                                                                          \
-        c10::make_intrusive<HostMemoryWork>(std::move(engine_work), done, side.device())); \
-  } while (false)
+using Tensors = std::vector<at::Tensor>;
+using TensorLists = std::vector<std::vector<at::Tensor>>;
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::broadcast(Tensors& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  TI_HOST_CALL("broadcast", {
-    auto host = side.inout(tensors);
-    done->result = tensors;
-    return engine_->broadcast(host, opts);
-  });
+  return track(
+      inPlace("broadcast", tensors, [&](Tensors& t) { return engine_->broadcast(t, opts); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allreduce(Tensors& tensors,
                                                         const c10d::AllreduceOptions& opts) {
   if (device_engine_ && tensors.size() == 1 && isInfini(tensors[0]) &&
       device_engine_->allreduce(tensors[0], opts.reduceOp)) {
     return track(c10::make_intrusive<EnqueuedWork>(tensors));
   }
-  TI_HOST_CALL("all_reduce", {
-    auto host = side.inout(tensors);
-    done->result = tensors;
-    return engine_->allreduce(host, opts);
-  });
+  return track(
+      inPlace("all_reduce", tensors, [&](Tensors& t) { return engine_->allreduce(t, opts); }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  TI_HOST_CALL("all_reduce_coalesced", {
-    auto host = side.inout(tensors);
-    done->result = tensors;
-    return engine_->allreduce_coalesced(host, opts);
-  });
+    Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return track(inPlace("all_reduce_coalesced", tensors,
+                       [&](Tensors& t) { return engine_->allreduce_coalesced(t, opts); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce(Tensors& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  TI_HOST_CALL("reduce", {
-    auto host = side.inout(tensors);
-    done->result = tensors;
-    return engine_->reduce(host, opts);
-  });
+  return track(inPlace("reduce", tensors, [&](Tensors& t) { return engine_->reduce(t, opts); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TI_HOST_CALL("all_gather", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = flat(outputs);
-    return engine_->allgather(host_out, host_in, opts);
-  });
+c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather(TensorLists& outputs, Tensors& inputs,
+                                                        const c10d::AllgatherOptions& opts) {
+  return track(outOfIn("all_gather", outputs, inputs,
+                       [&](TensorLists& o, Tensors& i) { return engine_->allgather(o, i, opts); }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                               const c10d::AllgatherOptions& opts) {
-  TI_HOST_CALL("all_gather_into_tensor", {
-    auto host_in = side.in(input);
-    auto host_out = side.out(output);
-    done->result = {output};
-    return engine_->_allgather_base(host_out, host_in, opts);
-  });
+  return track(outOfIn("all_gather_into_tensor", output, input, [&](at::Tensor& o, at::Tensor& i) {
+    return engine_->_allgather_base(o, i, opts);
+  }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TI_HOST_CALL("all_gather_coalesced", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = flat(outputs);
-    return engine_->allgather_coalesced(host_out, host_in, opts);
-  });
+    TensorLists& outputs, Tensors& inputs, const c10d::AllgatherOptions& opts) {
+  return track(outOfIn("all_gather_coalesced", outputs, inputs, [&](TensorLists& o, Tensors& i) {
+    return engine_->allgather_coalesced(o, i, opts);
+  }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
-  TI_HOST_CALL("all_gather_into_tensor_coalesced", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = outputs;
-    return engine_->allgather_into_tensor_coalesced(host_out, host_in, opts);
-  });
+    Tensors& outputs, Tensors& inputs, const c10d::AllgatherOptions& opts) {
+  return track(
+      outOfIn("all_gather_into_tensor_coalesced", outputs, inputs, [&](Tensors& o, Tensors& i) {
+        return engine_->allgather_into_tensor_coalesced(o, i, opts);
+      }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                     std::vector<at::Tensor>& inputs,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::gather(TensorLists& outputs, Tensors& inputs,
                                                      const c10d::GatherOptions& opts) {
-  TI_HOST_CALL("gather", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = flat(outputs);
-    return engine_->gather(host_out, host_in, opts);
-  });
+  return track(outOfIn("gather", outputs, inputs,
+                       [&](TensorLists& o, Tensors& i) { return engine_->gather(o, i, opts); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::scatter(std::vector<at::Tensor>& outputs,
-                                                      std::vector<std::vector<at::Tensor>>& inputs,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::scatter(Tensors& outputs, TensorLists& inputs,
                                                       const c10d::ScatterOptions& opts) {
-  TI_HOST_CALL("scatter", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = outputs;
-    return engine_->scatter(host_out, host_in, opts);
-  });
+  return track(outOfIn("scatter", outputs, inputs,
+                       [&](Tensors& o, TensorLists& i) { return engine_->scatter(o, i, opts); }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TI_HOST_CALL("reduce_scatter", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = outputs;
-    return engine_->reduce_scatter(host_out, host_in, opts);
-  });
+    Tensors& outputs, TensorLists& inputs, const c10d::ReduceScatterOptions& opts) {
+  return track(outOfIn("reduce_scatter", outputs, inputs, [&](Tensors& o, TensorLists& i) {
+    return engine_->reduce_scatter(o, i, opts);
+  }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  TI_HOST_CALL("reduce_scatter_tensor", {
-    auto host_in = side.in(input);
-    auto host_out = side.out(output);
-    done->result = {output};
-    return engine_->_reduce_scatter_base(host_out, host_in, opts);
-  });
+  return track(outOfIn("reduce_scatter_tensor", output, input, [&](at::Tensor& o, at::Tensor& i) {
+    return engine_->_reduce_scatter_base(o, i, opts);
+  }));
 }
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TI_HOST_CALL("reduce_scatter_tensor_coalesced", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = outputs;
-    return engine_->reduce_scatter_tensor_coalesced(host_out, host_in, opts);
-  });
+    Tensors& outputs, Tensors& inputs, const c10d::ReduceScatterOptions& opts) {
+  return track(
+      outOfIn("reduce_scatter_tensor_coalesced", outputs, inputs, [&](Tensors& o, Tensors& i) {
+        return engine_->reduce_scatter_tensor_coalesced(o, i, opts);
+      }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  TI_HOST_CALL("all_to_all_single", {
-    auto host_in = side.in(input);
-    auto host_out = side.out(output);
-    done->result = {output};
-    return engine_->alltoall_base(host_out, host_in, output_split_sizes, input_split_sizes, opts);
-  });
+c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                            std::vector<int64_t>& output_splits,
+                                                            std::vector<int64_t>& input_splits,
+                                                            const c10d::AllToAllOptions& opts) {
+  return track(outOfIn("all_to_all_single", output, input, [&](at::Tensor& o, at::Tensor& i) {
+    return engine_->alltoall_base(o, i, output_splits, input_splits, opts);
+  }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall(std::vector<at::Tensor>& outputs,
-                                                       std::vector<at::Tensor>& inputs,
+c10::intrusive_ptr<c10d::Work> InfiniBackend::alltoall(Tensors& outputs, Tensors& inputs,
                                                        const c10d::AllToAllOptions& opts) {
-  TI_HOST_CALL("all_to_all", {
-    auto host_in = side.in(inputs);
-    auto host_out = side.out(outputs);
-    done->result = outputs;
-    return engine_->alltoall(host_out, host_in, opts);
-  });
+  return track(outOfIn("all_to_all", outputs, inputs,
+                       [&](Tensors& o, Tensors& i) { return engine_->alltoall(o, i, opts); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
-                                                   int tag) {
-  TI_HOST_CALL("send", {
-    auto host = side.in(tensors);
-    return engine_->send(host, dst_rank, tag);
-  });
+c10::intrusive_ptr<c10d::Work> InfiniBackend::send(Tensors& tensors, int dst_rank, int tag) {
+  return track(inPlace(
+      "send", tensors, [&](Tensors& t) { return engine_->send(t, dst_rank, tag); },
+      /*writes=*/false));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
-                                                   int tag) {
-  TI_HOST_CALL("recv", {
-    auto host = side.out(tensors);
-    done->result = tensors;
-    return engine_->recv(host, src_rank, tag);
-  });
+c10::intrusive_ptr<c10d::Work> InfiniBackend::recv(Tensors& tensors, int src_rank, int tag) {
+  Tensors none;
+  return track(outOfIn("recv", tensors, none,
+                       [&](Tensors& o, Tensors&) { return engine_->recv(o, src_rank, tag); }));
 }
 
-c10::intrusive_ptr<c10d::Work> InfiniBackend::recvAnysource(std::vector<at::Tensor>& tensors,
-                                                            int tag) {
-  TI_HOST_CALL("recv (any source)", {
-    auto host = side.out(tensors);
-    done->result = tensors;
-    return engine_->recvAnysource(host, tag);
-  });
+c10::intrusive_ptr<c10d::Work> InfiniBackend::recvAnysource(Tensors& tensors, int tag) {
+  Tensors none;
+  return track(outOfIn("recv (any source)", tensors, none,
+                       [&](Tensors& o, Tensors&) { return engine_->recvAnysource(o, tag); }));
 }
-
-#undef TI_HOST_CALL
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::barrier(const c10d::BarrierOptions& opts) {
   // The engine's barrier; work already enqueued on this process's streams is

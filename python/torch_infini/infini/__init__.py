@@ -120,9 +120,30 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
+# What Inductor asks a device module for the first time it compiles for the
+# device (torch_infini/_inductor.py); imported then, not before.
+_INDUCTOR_HOOKS = {
+    "Scheduling": "Scheduling",
+    "PythonWrapperCodegen": "InfiniPythonWrapperCodegen",
+    "CppWrapperCodegen": "InfiniCppWrapperCodegen",
+    "WrapperFxCodegen": "WrapperFxCodegen",
+}
+
+
 def __getattr__(name: str) -> Any:
     # torch.utils.checkpoint saves and restores a device's RNG state only if
     # its module's ``_initialized`` is true (torch.cuda keeps such a flag).
     if name == "_initialized":
         return is_initialized()
+    if name in _INDUCTOR_HOOKS:
+        from .. import _C, _inductor
+
+        _C._init()
+        if not _C._capabilities()["host_addressable"]:
+            raise NotImplementedError(
+                f"torch.compile on infini (backend {_C._backend()!r}): Inductor generates C++ "
+                "kernels that need device memory the CPU can address, which this backend's is "
+                "not; compile with backend='aot_eager'"
+            )
+        return getattr(_inductor, _INDUCTOR_HOOKS[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,213 @@
+"""torch.compile's default backend (Inductor) on infini.
+
+Where device memory is host memory (``host``, InfiniRT ``cpu``) Inductor's
+C++ CPU code generation serves infini: its kernels read and write device
+memory through plain pointers, buffers come from the infini caching
+allocator (``empty_strided(..., device="infini")``), and operators Inductor
+does not compile run as ATen calls on infini (natively or in the CPU
+fallback). Stream order: a generated kernel runs on the calling thread, so
+the wrapper first waits for the current stream (work enqueued before it,
+extern kernels included); what it writes is complete when it returns.
+
+Inductor finds this through PyTorch's hook for out-of-tree devices: it asks
+the device module (``torch.infini``) for ``Scheduling``,
+``PythonWrapperCodegen`` and ``CppWrapperCodegen`` the first time it
+compiles, so nothing here is imported before ``torch.compile`` is used.
+
+Two decisions Inductor makes by the device name "cpu" have no hook, and are
+extended to infini here (pinned by tests/python/test_compile.py):
+``BaseSchedulerNode.is_cpu`` (else GPU-only scheduler rewrites run on C++
+kernels) and ``utils.get_current_backend`` (else an unknown device gets the
+Triton backend's code paths).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from textwrap import dedent
+from typing import Any
+
+import torch
+from torch._dynamo.device_interface import (
+    CpuDeviceProperties,
+    DeviceInterface,
+    register_interface_for_device,
+)
+from torch._inductor import scheduler as _scheduler
+from torch._inductor import utils as _utils
+from torch._inductor.codegen import common as _common
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # noqa: F401  (the CPU's, as is)
+from torch._inductor.virtualized import V
+
+DEVICE = "infini"
+
+
+class InfiniDeviceOpOverrides(_common.DeviceOpOverrides):
+    """What the Python wrapper writes for device housekeeping."""
+
+    def import_get_raw_stream_as(self, name: str) -> str:
+        return dedent(
+            f"""
+            def {name}(_):
+                return 0
+            """
+        )
+
+    def cpp_kernel_type(self) -> str:
+        return "void*"
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.infini.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.infini.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.infini.device({device_idx})"
+
+
+class _CallsCppKernelsOnInfini:
+    """Calls Inductor's C++ kernels for infini buffers, after the current
+    stream's pending work (the base class knows "cpu" only)."""
+
+    def _generate_kernel_call_helper(
+        self,
+        kernel_name: str,
+        call_args: Any,
+        *,
+        device: Any = None,
+        triton: bool = True,
+        **kw: Any,
+    ) -> None:
+        device = device or V.graph.get_current_device_or_throw()
+        if not triton and device.type == DEVICE:
+            index = device.index if device.index is not None else "None"
+            self.writeline(f"torch.infini.current_stream({index}).synchronize()")  # type: ignore[attr-defined]
+            self.writeline(self.wrap_kernel_call(kernel_name, call_args))  # type: ignore[attr-defined]
+            return
+        super()._generate_kernel_call_helper(  # type: ignore[misc]
+            kernel_name, call_args, device=device, triton=triton, **kw
+        )
+
+
+class InfiniPythonWrapperCodegen(_CallsCppKernelsOnInfini, PythonWrapperCodegen):
+    @staticmethod
+    def create(
+        is_subgraph: bool,
+        subgraph_name: str | None,
+        parent_wrapper: PythonWrapperCodegen | None,
+        partition_signatures: Any = None,
+    ) -> PythonWrapperCodegen:
+        if is_subgraph:
+            assert subgraph_name is not None and parent_wrapper is not None
+            return InfiniSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return InfiniPythonWrapperCodegen()
+
+
+class InfiniSubgraphWrapperCodegen(_CallsCppKernelsOnInfini, SubgraphPythonWrapperCodegen):
+    pass
+
+
+class InfiniCppWrapperCodegen:
+    """``cpp_wrapper=True`` is not served on infini (it needs C shims for
+    every extern kernel); the Python wrapper is."""
+
+    @staticmethod
+    def create(*_: Any, **__: Any) -> Any:
+        raise NotImplementedError(
+            "torch.compile on infini: the C++ wrapper (cpp_wrapper=True) is not supported; "
+            "use the default Python wrapper"
+        )
+
+
+class InfiniInterface(DeviceInterface):
+    """What Dynamo and Inductor ask of a device at run time (streams, events,
+    properties); C++ code generation, no Triton."""
+
+    device = torch.infini.device  # type: ignore[assignment]
+    Event = torch.infini.Event  # type: ignore[assignment]
+    Stream = torch.infini.Stream  # type: ignore[assignment]
+
+    class Worker:
+        @staticmethod
+        def set_device(device: int) -> None:
+            torch.infini.set_device(device)
+
+        @staticmethod
+        def current_device() -> int:
+            return torch.infini.current_device()
+
+        @staticmethod
+        def get_device_properties(device: torch.types.Device = None) -> Any:
+            return CpuDeviceProperties(multiprocessing.cpu_count())
+
+    current_device = staticmethod(torch.infini.current_device)
+    set_device = staticmethod(torch.infini.set_device)
+    device_count = staticmethod(torch.infini.device_count)
+    is_available = staticmethod(torch.infini.is_available)
+    stream = staticmethod(torch.infini.stream)
+    current_stream = staticmethod(torch.infini.current_stream)
+    set_stream = staticmethod(torch.infini.set_stream)
+    synchronize = staticmethod(torch.infini.synchronize)
+
+    @staticmethod
+    def get_raw_stream(device_idx: int) -> int:
+        return 0
+
+    @staticmethod
+    def get_device_properties(device: torch.types.Device = None) -> Any:
+        return CpuDeviceProperties(multiprocessing.cpu_count())
+
+    @staticmethod
+    def get_compute_capability(device: torch.types.Device = None) -> str:
+        return ""
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = False) -> bool:
+        return True
+
+    @staticmethod
+    def is_triton_capable(device: torch.types.Device = None) -> bool:
+        return False
+
+    @staticmethod
+    def raise_if_triton_unavailable(device: torch.types.Device = None) -> None:
+        raise RuntimeError("torch.compile on infini generates C++ kernels, not Triton")
+
+
+def _extend_cpu_decisions() -> None:
+    original_backend = _utils.get_current_backend
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type == DEVICE:
+            return "cpp"
+        return original_backend(device_type)
+
+    # Modules that imported it by name hold their own reference.
+    for module in (_utils, _common, _scheduler):
+        if getattr(module, "get_current_backend", None) is original_backend:
+            module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
+    try:
+        from torch._inductor.kernel import mm_common
+
+        if getattr(mm_common, "get_current_backend", None) is original_backend:
+            mm_common.get_current_backend = get_current_backend  # type: ignore[attr-defined]
+    except ImportError:
+        pass
+
+    def is_cpu(self: Any) -> bool:
+        device = self.get_device()
+        return device is not None and device.type in ("cpu", DEVICE)
+
+    _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
+
+
+_common.register_device_op_overrides(DEVICE, InfiniDeviceOpOverrides())
+register_interface_for_device(DEVICE, InfiniInterface)
+_extend_cpu_decisions()
+
+Scheduling = CppScheduling

@@ -479,6 +479,72 @@ def llama_cases(scale: float) -> list[Case]:
     ]
 
 
+def compile_cases(scale: float) -> list[Case]:
+    """torch.compile (Inductor) on infini: compiled infini against compiled
+    CPU, and compiled against eager on infini (the "cpu" column is then
+    infini eager). Where device memory is not host memory Inductor does not
+    serve infini: no cases."""
+    if not torch_infini._C._capabilities()["host_addressable"]:
+        return []
+    llama = _load_llama()
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).eval()
+    mlp_dev = copy.deepcopy(mlp).to(DEVICE)
+    model = llama.Llama(llama.Config()).eval()
+    model_dev = copy.deepcopy(model).to(DEVICE)
+    x = torch.randn(4, 64, 512)
+    inputs = llama.batch(32, 8, torch.Generator().manual_seed(1))[0]
+    dx, dinputs = x.to(DEVICE), inputs.to(DEVICE)
+    compiled = {
+        name: torch.compile(m)
+        for name, m in (
+            ("mlp", mlp),
+            ("mlp_dev", mlp_dev),
+            ("llama", model),
+            ("llama_dev", model_dev),
+        )
+    }
+
+    def run(name: str, arg: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return compiled[name](arg)
+
+    def eager(m: nn.Module, arg: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return m(arg)
+
+    iters = max(1, int(10 * scale))
+    return [
+        Case(
+            "compiled MLP Linear-GELU-Linear [4, 64, 512]",
+            "time",
+            "<= 1.1",
+            lambda: run("mlp", x),
+            lambda: run("mlp_dev", dx),
+            lambda: close(run("mlp_dev", dx), eager(mlp, x)),
+            iters,
+        ),
+        Case(
+            "compiled Llama forward [32, 16]",
+            "time",
+            "<= 1.15",
+            lambda: run("llama", inputs),
+            lambda: run("llama_dev", dinputs),
+            lambda: close(run("llama_dev", dinputs), eager(model, inputs)),
+            iters,
+        ),
+        Case(
+            "compiled vs eager on infini: Llama forward",
+            "time",
+            "<= 1.0",
+            lambda: eager(model_dev, dinputs),
+            lambda: run("llama_dev", dinputs),
+            lambda: close(run("llama_dev", dinputs), eager(model, inputs)),
+            iters,
+        ),
+    ]
+
+
 def amp_cases(scale: float) -> list[Case]:
     """Mixed precision: a bfloat16 mm, and the Llama's training step under
     bfloat16 autocast (CUDA's policy on infini) against CPU autocast (the
@@ -544,6 +610,7 @@ def all_cases(scale: float) -> list[Case]:
         *random_cases(scale),
         *llama_cases(scale),
         *amp_cases(scale),
+        *compile_cases(scale),
     ]
 
 

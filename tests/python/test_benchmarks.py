@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch_infini
+
 RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
 
 CASES = {
@@ -38,6 +40,13 @@ CASES = {
     "mm 1024 bfloat16": ("time", "<= 1.1"),
     "Llama training step, bfloat16 autocast": ("time", "<= 1.15"),
 }
+# torch.compile's cases, where Inductor serves infini (host memory).
+if torch_infini._C._capabilities()["host_addressable"]:
+    CASES |= {
+        "compiled MLP Linear-GELU-Linear [4, 64, 512]": ("time", "<= 1.1"),
+        "compiled Llama forward [32, 16]": ("time", "<= 1.15"),
+        "compiled vs eager on infini: Llama forward": ("time", "<= 1.0"),
+    }
 
 
 def test_quick_run_checks_every_case_and_writes_json(tmp_path: Path) -> None:

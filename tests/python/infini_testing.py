@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -193,3 +197,15 @@ def cpu_fallback_mode_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     if left != expected:
         torch_infini.cpu_fallback.set_mode(before)
         pytest.fail(f"the test changed the CPU fallback mode from {expected!r} to {left!r}")
+
+
+@functools.cache
+def llama_example() -> ModuleType:
+    """The main job's model, examples/llama.py, imported once."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "llama.py"
+    spec = importlib.util.spec_from_file_location("llama_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

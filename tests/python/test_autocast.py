@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import collections.abc
 import functools
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 import torch_infini
-from infini_testing import raises_exactly
+from infini_testing import llama_example, raises_exactly
 from op_coverage import torch_testing_internal
 from op_helpers import DEVICE, assert_matches, make_cpu, runs_cpu_kernels
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -392,16 +390,6 @@ def _check_policy(replay: CpuReplay, amp_dtype: torch.dtype) -> None:
     assert seen, "the model reached no operator of the policy's lists"
 
 
-@functools.cache
-def _load_llama() -> Any:
-    spec = importlib.util.spec_from_file_location("llama_example", REPO / "examples" / "llama.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.LogSoftmax(-1)
@@ -417,7 +405,7 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, torch.Tensor, torch.dtype 
     ),
     "mlp": lambda: (_mlp(), make_cpu((3, 8), torch.float32, seed=9) / 100, torch.float32),
     "llama": lambda: (
-        _load_llama().Llama(_load_llama().Config()),
+        llama_example().Llama(llama_example().Config()),
         torch.randint(0, 14, (2, 9), generator=torch.Generator().manual_seed(10)),
         None,  # its head is a Linear
     ),
@@ -445,7 +433,7 @@ def test_models_forward_and_backward_under_autocast(
 
 def test_training_with_autocast_and_grad_scaler_learns() -> None:
     """The Llama example trains under bfloat16 autocast with a GradScaler."""
-    llama = _load_llama()
+    llama = llama_example()
     torch.manual_seed(0)
     model = llama.Llama(llama.Config()).to(DEVICE)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)

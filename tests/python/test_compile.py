@@ -8,18 +8,14 @@ compiled result is checked against eager on infini and against the CPU.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch_infini
+from infini_testing import llama_example
 from torch._dynamo.utils import counters
 
-REPO = Path(__file__).resolve().parents[2]
 DEVICE = torch.device("infini", 0)
 
 pytestmark = pytest.mark.skipif(
@@ -36,15 +32,6 @@ def _fresh_dynamo() -> Iterator[None]:
     with torch._inductor.config.patch(compile_threads=1):
         yield
     torch._dynamo.reset()
-
-
-def _llama() -> Any:
-    spec = importlib.util.spec_from_file_location("llama_example", REPO / "examples" / "llama.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -89,7 +76,7 @@ def test_mlp_forward_and_training_step_match_eager() -> None:
 
 
 def test_llama_forward_and_training_step_match_eager() -> None:
-    llama = _llama()
+    llama = llama_example()
     torch.manual_seed(0)
     model = llama.Llama(llama.Config(layers=1))
     reference = llama.Llama(llama.Config(layers=1))

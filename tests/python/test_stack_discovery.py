@@ -130,48 +130,61 @@ def _fake_cuda_infiniops(root: Path) -> tuple[Path, Path]:
     return ops, cuda
 
 
-def _configure_infiniops(
-    tmp_path: Path, cuda_targets: str
-) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _configure_consumer(
+    tmp_path: Path,
+    package: str,
+    target: str,
+    probe: str,
+    needs: str,
+    *defines: str,
+    prelude: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """Configures a library that links `target` privately (as libtorch_infini
+    does) and an executable that links that library (as a LibTorch app
+    does); the configure output says `needs: <value of the variable needs>`."""
     cmake = shutil.which("cmake")
     assert cmake, "cmake is a build requirement of the project"
-    ops, cuda = _fake_cuda_infiniops(tmp_path / "fake")
     project = tmp_path / "project"
     project.mkdir()
-    # A library that links InfiniOps privately (as libtorch_infini does) and
-    # an executable that links that library (as a LibTorch app does).
     (project / "consumer.c").write_text(
-        "int infini_ops_probe(void);\nint consumer(void) { return infini_ops_probe(); }\n"
+        f"int {probe}(void);\nint consumer(void) {{ return {probe}(); }}\n"
     )
     (project / "app.c").write_text("int consumer(void);\nint main(void) { return consumer(); }\n")
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(probe C)\n"
         f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
-        f"{cuda_targets}"
-        "find_package(InfiniOps REQUIRED)\n"
-        'message(STATUS "needs: ${InfiniOps_LINK_DEPENDENCIES}")\n'
+        f"{prelude}"
+        f"find_package({package} REQUIRED)\n"
+        f'message(STATUS "needs: ${{{needs}}}")\n'
         "add_library(consumer SHARED consumer.c)\n"
-        "target_link_libraries(consumer PRIVATE InfiniOps::infiniops)\n"
+        f"target_link_libraries(consumer PRIVATE {target})\n"
         "add_executable(app app.c)\n"
         "target_link_libraries(app PRIVATE consumer)\n"
     )
-    build = tmp_path / "build"
-    result = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(project),
-            "-B",
-            str(build),
-            f"-DINFINI_OPS_PREFIX={ops}",
-            # Deterministic on machines with and without a CUDA toolkit: the
-            # project under test supplies (or withholds) the CUDA targets.
-            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
-        ],
+    return subprocess.run(
+        [cmake, "-S", str(project), "-B", str(tmp_path / "build"), *defines],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+    )
+
+
+def _configure_infiniops(
+    tmp_path: Path, cuda_targets: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    ops, cuda = _fake_cuda_infiniops(tmp_path / "fake")
+    result = _configure_consumer(
+        tmp_path,
+        "InfiniOps",
+        "InfiniOps::infiniops",
+        "infini_ops_probe",
+        "InfiniOps_LINK_DEPENDENCIES",
+        f"-DINFINI_OPS_PREFIX={ops}",
+        # Deterministic on machines with and without a CUDA toolkit: the
+        # project under test supplies (or withholds) the CUDA targets.
+        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+        prelude=cuda_targets,
     )
     return result, cuda
 
@@ -240,39 +253,15 @@ def _fake_nccl_infiniccl(root: Path) -> tuple[Path, Path]:
 def _configure_infiniccl(
     tmp_path: Path, *defines: str
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
-    cmake = shutil.which("cmake")
-    assert cmake, "cmake is a build requirement of the project"
     ccl, nccl = _fake_nccl_infiniccl(tmp_path / "fake")
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "consumer.c").write_text(
-        "int infiniccl_probe(void);\nint consumer(void) { return infiniccl_probe(); }\n"
-    )
-    (project / "app.c").write_text("int consumer(void);\nint main(void) { return consumer(); }\n")
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(probe C)\n"
-        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
-        "find_package(InfiniCCL REQUIRED)\n"
-        'message(STATUS "needs: ${InfiniCCL_LINK_DEPENDENCY_FILES}")\n'
-        "add_library(consumer SHARED consumer.c)\n"
-        "target_link_libraries(consumer PRIVATE InfiniCCL::infiniccl)\n"
-        "add_executable(app app.c)\n"
-        "target_link_libraries(app PRIVATE consumer)\n"
-    )
-    result = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(project),
-            "-B",
-            str(tmp_path / "build"),
-            f"-DINFINI_CCL_PREFIX={ccl}",
-            *defines,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = _configure_consumer(
+        tmp_path,
+        "InfiniCCL",
+        "InfiniCCL::infiniccl",
+        "infiniccl_probe",
+        "InfiniCCL_LINK_DEPENDENCY_FILES",
+        f"-DINFINI_CCL_PREFIX={ccl}",
+        *defines,
     )
     return result, nccl
 

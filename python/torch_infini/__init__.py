@@ -57,6 +57,10 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
+from . import _compile_cache  # noqa: E402
+
+_compile_cache.install()  # torch.compile's caches keyed to torch_infini's code generation
+
 cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 
 from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402

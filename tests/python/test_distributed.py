@@ -164,3 +164,35 @@ def test_a_lost_peer_fails_the_others_within_the_timeout(tmp_path: Path, fault: 
     assert report["raised"] is not None, "rank 0's all_reduce returned without its peer"
     assert report["elapsed_s"] < timeout + 30, report
     assert time.monotonic() - start < timeout + 90
+
+
+def test_ddp_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    """benchmarks/ddp.py (torchrun, 2 processes) checks DDP on infini against
+    DDP on the CPU before timing, and reports a ratio per case."""
+    out = tmp_path / "ddp.json"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "ddp.py"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={WORLD}",
+            str(script),
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    results = json.loads(out.read_text())
+    assert [r["name"] for r in results] == [
+        "DDP MLP 256-1024-256, batch 64",
+        "DDP Llama example, batch 32",
+    ]
+    assert all(r["ratio"] > 0 and r["cpu_ms"] > 0 and r["infini_ms"] > 0 for r in results)

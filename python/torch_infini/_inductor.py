@@ -15,7 +15,7 @@ the device module (``torch.infini``) for ``Scheduling``,
 compiles, so nothing here is imported before ``torch.compile`` is used.
 
 Two decisions Inductor makes by the device name "cpu" have no hook, and are
-extended to infini here (pinned by tests/python/test_compile.py):
+extended to infini here (test_compile.py pins them by name):
 ``BaseSchedulerNode.is_cpu`` (else GPU-only scheduler rewrites run on C++
 kernels) and ``utils.get_current_backend`` (else an unknown device gets the
 Triton backend's code paths).

@@ -159,3 +159,28 @@ def test_compile_caches_are_keyed_to_this_code_generation() -> None:
     assert hashlib.sha256(source).hexdigest()[:16] in tag
     assert torch_infini.__version__ in tag
     assert tag in torch.compiler.config.cache_key_tag
+
+
+def test_inductor_decides_for_infini_as_for_the_cpu() -> None:
+    """The two decisions Inductor takes by the device name "cpu", extended to
+    infini by torch_infini/_inductor.py. A PyTorch that moves them makes this
+    fail by name rather than a compile fail deep inside Inductor."""
+    import torch._inductor.codegen.common as common
+    from torch._inductor import scheduler, utils
+    from torch_infini import _inductor
+
+    assert torch.infini.Scheduling is _inductor.Scheduling  # what Inductor asks for
+    for module in (utils, common, scheduler):
+        assert module.get_current_backend("infini") == "cpp", module.__name__
+    assert utils.get_current_backend("cpu") == torch._inductor.config.cpu_backend
+
+    class Node:
+        def __init__(self, device: torch.device) -> None:
+            self.device = device
+
+        def get_device(self) -> torch.device:
+            return self.device
+
+    is_cpu = scheduler.BaseSchedulerNode.is_cpu
+    assert is_cpu(Node(DEVICE)) and is_cpu(Node(torch.device("cpu")))
+    assert not is_cpu(Node(torch.device("meta")))

@@ -29,12 +29,6 @@ if(InfiniCCL_FOUND)
 endif()
 
 if(InfiniCCL_FOUND AND NOT TARGET InfiniCCL::infiniccl)
-  add_library(InfiniCCL::infiniccl SHARED IMPORTED)
-  set_target_properties(InfiniCCL::infiniccl PROPERTIES
-    IMPORTED_LOCATION "${InfiniCCL_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${InfiniCCL_INCLUDE_DIR}")
-  if(InfiniCCL_LINK_DEPENDENCY_FILES)
-    set_property(TARGET InfiniCCL::infiniccl APPEND PROPERTY
-      IMPORTED_LINK_DEPENDENT_LIBRARIES ${InfiniCCL_LINK_DEPENDENCY_FILES})
-  endif()
+  torch_infini_imported_vendor_library(InfiniCCL::infiniccl "${InfiniCCL_LIBRARY}"
+    "${InfiniCCL_INCLUDE_DIR}" ${InfiniCCL_LINK_DEPENDENCY_FILES})
 endif()

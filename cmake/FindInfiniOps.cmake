@@ -64,19 +64,9 @@ if(InfiniOps_LIBRARY)
 endif()
 
 if(InfiniOps_FOUND AND NOT TARGET InfiniOps::infiniops)
-  add_library(InfiniOps::infiniops SHARED IMPORTED)
-  set_target_properties(InfiniOps::infiniops PROPERTIES
-    IMPORTED_LOCATION "${InfiniOps_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${InfiniOps_INCLUDE_DIR}")
+  torch_infini_imported_vendor_library(InfiniOps::infiniops "${InfiniOps_LIBRARY}"
+    "${InfiniOps_INCLUDE_DIR}" ${InfiniOps_LINK_DEPENDENCY_FILES})
   if(TARGET InfiniRT::infinirt)
     set_property(TARGET InfiniOps::infiniops APPEND PROPERTY INTERFACE_LINK_LIBRARIES InfiniRT::infinirt)
-  endif()
-  # libinfiniops links these itself; its consumers' linkers must find them
-  # (CMake then passes their directories as -rpath-link).
-  # FindCUDAToolkit's targets are UNKNOWN IMPORTED, which CMake does not
-  # follow for -rpath-link: give it the files.
-  if(InfiniOps_LINK_DEPENDENCY_FILES)
-    set_property(TARGET InfiniOps::infiniops APPEND PROPERTY
-      IMPORTED_LINK_DEPENDENT_LIBRARIES ${InfiniOps_LINK_DEPENDENCY_FILES})
   endif()
 endif()

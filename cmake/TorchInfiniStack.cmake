@@ -1,15 +1,22 @@
+# A cache option taking AUTO (default), REQUIRE or OFF; <out> gets its value
+# in upper case. Any other value stops configuration.
+function(_ti_mode_option var doc out)
+  set(${var} "AUTO" CACHE STRING "${doc}: AUTO, REQUIRE or OFF")
+  set_property(CACHE ${var} PROPERTY STRINGS AUTO REQUIRE OFF)
+  string(TOUPPER "${${var}}" _mode)
+  if(NOT _mode MATCHES "^(AUTO|REQUIRE|OFF)$")
+    message(FATAL_ERROR "${var} must be AUTO, REQUIRE or OFF, got '${${var}}'")
+  endif()
+  set(${out} "${_mode}" PARENT_SCOPE)
+endfunction()
+
 # Whether to serve `infini` through an installed Infini stack (InfiniRT +
 # InfiniOps, always as a pair). The project only finds them; it never fetches
 # or builds them.
 #   TORCH_INFINI_STACK=AUTO     use the stack when both are found (default)
 #   TORCH_INFINI_STACK=REQUIRE  fail configuration unless both are found
 #   TORCH_INFINI_STACK=OFF      ignore any installed stack (host only)
-set(TORCH_INFINI_STACK "AUTO" CACHE STRING "Use the Infini stack: AUTO, REQUIRE or OFF")
-set_property(CACHE TORCH_INFINI_STACK PROPERTY STRINGS AUTO REQUIRE OFF)
-string(TOUPPER "${TORCH_INFINI_STACK}" _ti_stack)
-if(NOT _ti_stack MATCHES "^(AUTO|REQUIRE|OFF)$")
-  message(FATAL_ERROR "TORCH_INFINI_STACK must be AUTO, REQUIRE or OFF, got '${TORCH_INFINI_STACK}'")
-endif()
+_ti_mode_option(TORCH_INFINI_STACK "Use the Infini stack" _ti_stack)
 
 set(TORCH_INFINI_WITH_STACK OFF)
 if(NOT _ti_stack STREQUAL "OFF")
@@ -40,12 +47,7 @@ endif()
 #   TORCH_INFINI_INFINICCL=AUTO     use it when found with the stack (default)
 #   TORCH_INFINI_INFINICCL=REQUIRE  fail configuration unless found
 #   TORCH_INFINI_INFINICCL=OFF      ignore it (gloo through host memory only)
-set(TORCH_INFINI_INFINICCL "AUTO" CACHE STRING "Use InfiniCCL: AUTO, REQUIRE or OFF")
-set_property(CACHE TORCH_INFINI_INFINICCL PROPERTY STRINGS AUTO REQUIRE OFF)
-string(TOUPPER "${TORCH_INFINI_INFINICCL}" _ti_ccl)
-if(NOT _ti_ccl MATCHES "^(AUTO|REQUIRE|OFF)$")
-  message(FATAL_ERROR "TORCH_INFINI_INFINICCL must be AUTO, REQUIRE or OFF, got '${TORCH_INFINI_INFINICCL}'")
-endif()
+_ti_mode_option(TORCH_INFINI_INFINICCL "Use InfiniCCL" _ti_ccl)
 set(TORCH_INFINI_WITH_INFINICCL OFF)
 if(NOT _ti_ccl STREQUAL "OFF" AND TORCH_INFINI_WITH_STACK)
   find_package(InfiniCCL QUIET)

@@ -10,6 +10,9 @@
 #   wheel; NCCL: NCCL_ROOT or NCCL_LIBRARY) and returns their files (and the
 #   CMake targets of the CUDA ones). Stops configuration, naming what is
 #   missing and what to set, when one cannot be found.
+#
+# torch_infini_imported_vendor_library(<target> <library> <include_dir> [<dependency files>...])
+#   the imported target of such a library, carrying those files.
 include_guard(GLOBAL)
 
 function(_ti_needed_libraries library out)
@@ -90,5 +93,19 @@ function(torch_infini_vendor_link_dependencies library package out_files)
   set(${out_files} "${_files}" PARENT_SCOPE)
   if(ARGC GREATER 3)
     set(${ARGV3} "${_targets}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(torch_infini_imported_vendor_library target library include_dir)
+  add_library(${target} SHARED IMPORTED)
+  set_target_properties(${target} PROPERTIES
+    IMPORTED_LOCATION "${library}"
+    INTERFACE_INCLUDE_DIRECTORIES "${include_dir}")
+  # The library links its vendor libraries itself; its consumers' linkers
+  # must find them (CMake then passes their directories as -rpath-link).
+  # FindCUDAToolkit's targets are UNKNOWN IMPORTED, which CMake does not
+  # follow for -rpath-link: give it the files.
+  if(ARGN)
+    set_property(TARGET ${target} APPEND PROPERTY IMPORTED_LINK_DEPENDENT_LIBRARIES ${ARGN})
   endif()
 endfunction()

@@ -108,7 +108,6 @@ NB_MODULE(_C, m) {
       nb::arg("engine"), nb::arg("rank"), nb::arg("size"), nb::arg("infiniccl_store").none());
   m.def("_dist_has_infiniccl", &torch_infini::distributed::hasInfiniCCL);
   m.def("_dist_force_staging", &torch_infini::distributed::setForceStaging);
-  m.def("_dist_forces_staging", &torch_infini::distributed::forceStaging);
   m.def("_dist_drain_completions", &torch_infini::distributed::drainCompletions,
         nb::arg("timeout_ms"), nb::call_guard<nb::gil_scoped_release>());
   m.def("_compiled_backends", &rt::compiledBackends);

@@ -75,8 +75,10 @@ def _create_backend(
     # from a gloo backend the same group may hold for CPU tensors.
     store = dist.PrefixStore("infini-engine", backend_options.store)
     gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
-    infiniccl_store = dist.PrefixStore("infini-ccl", backend_options.store)
-    return _C._dist_backend(gloo, rank, size, infiniccl_store if engine() == "infiniccl" else None)
+    infiniccl_store = (
+        dist.PrefixStore("infini-ccl", backend_options.store) if engine() == "infiniccl" else None
+    )
+    return _C._dist_backend(gloo, rank, size, infiniccl_store)
 
 
 def _register() -> None:

@@ -95,37 +95,44 @@ def _shared_library(cc: str, out: Path, source: str, *link: str, soname: str = "
     )
 
 
-def _fake_cuda_infiniops(root: Path) -> tuple[Path, Path]:
-    """libinfiniops.so needing libcublas.so.13 and libcudart.so.13, in lib
-    folders of their own (as the nvidia-cublas wheel's lies apart)."""
+def _fake_vendor_build(
+    root: Path, vendor: Path, vendor_libs: dict[str, str], header: str, library: str, probe: str
+) -> Path:
+    """An install tree at `root` (`include/<header>`, `lib/<library>`) whose
+    library calls into vendor libraries (soname: C source) that lie in
+    `vendor`, a folder of their own (as the nvidia wheels' do)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler is a build requirement of the project"
+    vendor.mkdir(parents=True)
+    for soname, source in vendor_libs.items():
+        _shared_library(cc, vendor / soname, source, soname=soname)
+    (root / "include" / header).parent.mkdir(parents=True)
+    (root / "include" / header).write_text("#pragma once\n")
+    (root / "lib").mkdir()
+    _shared_library(
+        cc,
+        root / "lib" / library,
+        probe,
+        "-Wl,--no-as-needed",
+        *(str(vendor / soname) for soname in vendor_libs),
+    )
+    return root
+
+
+def _fake_cuda_infiniops(root: Path) -> tuple[Path, Path]:
+    """libinfiniops.so needing libcublas.so.13 and libcudart.so.13."""
     cuda = root / "cuda"
-    cuda.mkdir(parents=True)
-    _shared_library(
-        cc,
-        cuda / "libcublas.so.13",
-        "int cublasCreate_v2(void) { return 0; }\n",
-        soname="libcublas.so.13",
-    )
-    _shared_library(
-        cc,
-        cuda / "libcudart.so.13",
-        "int cudaFree(void* p) { return 0; }\n",
-        soname="libcudart.so.13",
-    )
-    ops = root / "infiniops"
-    (ops / "include" / "infini").mkdir(parents=True)
-    (ops / "include" / "infini" / "ops.h").write_text("#pragma once\n")
-    (ops / "lib").mkdir()
-    _shared_library(
-        cc,
-        ops / "lib" / "libinfiniops.so",
+    ops = _fake_vendor_build(
+        root / "infiniops",
+        cuda,
+        {
+            "libcublas.so.13": "int cublasCreate_v2(void) { return 0; }\n",
+            "libcudart.so.13": "int cudaFree(void* p) { return 0; }\n",
+        },
+        "infini/ops.h",
+        "libinfiniops.so",
         "int cublasCreate_v2(void); int cudaFree(void*);\n"
         "int infini_ops_probe(void) { return cublasCreate_v2() + cudaFree(0); }\n",
-        "-Wl,--no-as-needed",
-        str(cuda / "libcublas.so.13"),
-        str(cuda / "libcudart.so.13"),
     )
     return ops, cuda
 
@@ -223,29 +230,16 @@ def test_a_cuda_infiniops_without_cuda_stops_configuration(tmp_path: Path) -> No
 
 
 def _fake_nccl_infiniccl(root: Path) -> tuple[Path, Path]:
-    """libinfiniccl.so (an NCCL build) needing libnccl.so.2, which lies apart
-    (as the nvidia-nccl wheel's does)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "a C compiler is a build requirement of the project"
+    """libinfiniccl.so (an NCCL build) needing libnccl.so.2."""
     nccl = root / "nccl" / "lib"
-    nccl.mkdir(parents=True)
-    _shared_library(
-        cc,
-        nccl / "libnccl.so.2",
-        "int ncclGetVersion(int* v) { return 0; }\n",
-        soname="libnccl.so.2",
-    )
-    ccl = root / "infiniccl"
-    (ccl / "include" / "infiniccl").mkdir(parents=True)
-    (ccl / "include" / "infiniccl" / "comm.h").write_text("#pragma once\n")
-    (ccl / "lib").mkdir()
-    _shared_library(
-        cc,
-        ccl / "lib" / "libinfiniccl.so",
+    ccl = _fake_vendor_build(
+        root / "infiniccl",
+        nccl,
+        {"libnccl.so.2": "int ncclGetVersion(int* v) { return 0; }\n"},
+        "infiniccl/comm.h",
+        "libinfiniccl.so",
         "int ncclGetVersion(int*);\n"
         "int infiniccl_probe(void) { int v; return ncclGetVersion(&v); }\n",
-        "-Wl,--no-as-needed",
-        str(nccl / "libnccl.so.2"),
     )
     return ccl, nccl
 

@@ -76,38 +76,33 @@ class HostSide {
   // Read and written.
   at::Tensor inout(const at::Tensor& t) { return map(t, /*read=*/true, /*write=*/true); }
 
-  std::vector<at::Tensor> in(const std::vector<at::Tensor>& ts) {
-    return each(ts, &HostSide::inVec);
-  }
-  std::vector<at::Tensor> out(const std::vector<at::Tensor>& ts) {
-    return each(ts, &HostSide::outVec);
-  }
+  std::vector<at::Tensor> in(const std::vector<at::Tensor>& ts) { return mapAll(ts, true, false); }
+  std::vector<at::Tensor> out(const std::vector<at::Tensor>& ts) { return mapAll(ts, false, true); }
   std::vector<at::Tensor> inout(const std::vector<at::Tensor>& ts) {
-    return each(ts, &HostSide::inoutVec);
+    return mapAll(ts, true, true);
   }
   std::vector<std::vector<at::Tensor>> in(const std::vector<std::vector<at::Tensor>>& ls) {
-    std::vector<std::vector<at::Tensor>> r;
-    for (const auto& l : ls) r.push_back(in(l));
-    return r;
+    return mapLists(ls, true, false);
   }
   std::vector<std::vector<at::Tensor>> out(const std::vector<std::vector<at::Tensor>>& ls) {
-    std::vector<std::vector<at::Tensor>> r;
-    for (const auto& l : ls) r.push_back(out(l));
-    return r;
+    return mapLists(ls, false, true);
   }
 
   std::optional<c10::Device> device() const { return device_; }
 
  private:
-  at::Tensor inVec(const at::Tensor& t) { return in(t); }
-  at::Tensor outVec(const at::Tensor& t) { return out(t); }
-  at::Tensor inoutVec(const at::Tensor& t) { return inout(t); }
-
-  std::vector<at::Tensor> each(const std::vector<at::Tensor>& ts,
-                               at::Tensor (HostSide::*f)(const at::Tensor&)) {
+  std::vector<at::Tensor> mapAll(const std::vector<at::Tensor>& ts, bool read, bool write) {
     std::vector<at::Tensor> r;
     r.reserve(ts.size());
-    for (const auto& t : ts) r.push_back((this->*f)(t));
+    for (const auto& t : ts) r.push_back(map(t, read, write));
+    return r;
+  }
+
+  std::vector<std::vector<at::Tensor>> mapLists(const std::vector<std::vector<at::Tensor>>& ls,
+                                                bool read, bool write) {
+    std::vector<std::vector<at::Tensor>> r;
+    r.reserve(ls.size());
+    for (const auto& l : ls) r.push_back(mapAll(l, read, write));
     return r;
   }
 
@@ -296,7 +291,6 @@ c10::intrusive_ptr<c10d::Work> inPlace(const char* op, std::vector<at::Tensor>& 
 }  // namespace
 
 void setForceStaging(bool on) { g_force_staging.store(on); }
-bool forceStaging() { return g_force_staging.load(); }
 
 bool drainCompletions(int64_t timeout_ms) {
   if (!CompletionThread::started()) return true;

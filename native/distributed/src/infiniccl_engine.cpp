@@ -108,8 +108,6 @@ class InfiniCCLEngine final : public DeviceEngine {
     if (comm_) infinicclCommDestroy(comm_);  // errors at teardown are not raised
   }
 
-  const char* name() const override { return "InfiniCCL"; }
-
   bool allreduce(at::Tensor& t, const c10d::ReduceOp& op) override {
     auto dtype = dataType(t.scalar_type());
     auto red = reduceOp(op);

@@ -36,7 +36,6 @@ namespace torch_infini::distributed {
 class DeviceEngine {
  public:
   virtual ~DeviceEngine() = default;
-  virtual const char* name() const = 0;
   virtual bool allreduce(at::Tensor& tensor, const c10d::ReduceOp& op) = 0;
 };
 
@@ -122,7 +121,6 @@ std::unique_ptr<DeviceEngine> makeInfiniCCLEngine(c10::intrusive_ptr<c10d::Store
 // Stages every call through pinned memory even where device memory is
 // host-addressable, so the staged path is tested on the backends CI has.
 void setForceStaging(bool on);
-bool forceStaging();
 
 // Waits (at most `timeout_ms`) until the futures of every Work issued so far
 // are complete and their callbacks freed; called at exit with the GIL

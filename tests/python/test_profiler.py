@@ -3,24 +3,47 @@
 - ``profile_memory=True``: every allocation and free of the infini caching
   allocator, with the device's totals (the "INFINI Mem" columns, and
   ``[memory]`` events in the Chrome trace, device type PrivateUse1).
-- Device time from infini events: the legacy profiler
-  (``torch.autograd.profiler.profile(use_device="infini", use_kineto=False)``)
-  times each operator on the device with events recorded on the current
-  stream.
-- ``torch.profiler.profile(activities=[CPU, PrivateUse1])`` records the
-  infini operators (their CPU side) and exports them.
+- ``torch.profiler.profile(activities=[CPU, PrivateUse1])`` (Kineto): every
+  operator that puts work on an infini stream gets a device activity
+  "[infini] <operator>" timed with infini events on that stream, linked to
+  the operator (its device time in ``key_averages()``) and exported as a
+  kernel event on the device's row of the Chrome trace. Operators on CPU
+  tensors get none.
+- Device time from infini events in the legacy profiler
+  (``torch.autograd.profiler.profile(use_device="infini", use_kineto=False)``):
+  events recorded on the current stream around each operator.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch_infini
+from infini_testing import has_async_host, requires_two_devices
 from torch.profiler import ProfilerActivity, profile
 
 DEVICE = torch.device("infini", 0)
 PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, as the trace writes it
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+SLACK_US = 2.0  # rounding between the host clock and event times
+
+
+def trace_events(prof: Any, tmp_path: Path) -> tuple[list[dict], list[dict]]:
+    """The exported Chrome trace's CPU operators and infini kernels."""
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    return ops, kernels
+
+
+def linked_op(kernel: dict, ops: list[dict]) -> dict:
+    (op,) = [o for o in ops if o["args"]["External id"] == kernel["args"]["External id"]]
+    return op
 
 
 def test_profile_memory_records_infini_allocations_and_frees(tmp_path: Path) -> None:
@@ -70,3 +93,124 @@ def test_torch_profiler_records_infini_operators(tmp_path: Path) -> None:
     prof.export_chrome_trace(str(trace))
     traced = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
     assert {"aten::mm", "aten::relu"} <= traced
+
+
+def test_kineto_gives_each_infini_operator_device_time_from_events(tmp_path: Path) -> None:
+    x = torch.randn(128, 128, device=DEVICE)
+    torch.infini.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        for _ in range(3):
+            (x @ x).relu().add_(1.0)
+        torch.infini.synchronize()
+    by_name = {(e.key, e.device_type): e for e in prof.key_averages()}
+    for op in ("aten::mm", "aten::relu", "aten::add_"):
+        cpu_side = by_name[(op, torch.autograd.DeviceType.CPU)]
+        device_side = by_name[(f"[infini] {op}", torch.autograd.DeviceType.PrivateUse1)]
+        assert device_side.count == cpu_side.count == 3
+        assert cpu_side.device_time_total == device_side.device_time_total > 0
+    ops, kernels = trace_events(prof, tmp_path)
+    assert sorted(k["name"] for k in kernels) == sorted(
+        f"[infini] {op}" for op in ("aten::mm", "aten::relu", "aten::add_") for _ in range(3)
+    )
+    for kernel in kernels:
+        op = linked_op(kernel, ops)
+        assert kernel["name"] == f"[infini] {op['name']}"
+        assert kernel["pid"] == 0 and kernel["args"]["device"] == 0
+        assert kernel["args"]["stream"] == 0 and kernel["tid"] == 0
+        assert kernel["dur"] >= 0
+        # The device cannot start an operator's work before it is issued.
+        assert kernel["ts"] >= op["ts"] - SLACK_US
+        if not has_async_host():  # synchronous streams: the work is inside the call
+            assert kernel["ts"] + kernel["dur"] <= op["ts"] + op["dur"] + SLACK_US
+
+
+def test_kineto_device_activities_follow_stream_order(tmp_path: Path) -> None:
+    x = torch.randn(256, 256, device=DEVICE)
+    torch.infini.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        for _ in range(4):
+            x = torch.tanh(x @ x)
+        torch.infini.synchronize()
+    ops, kernels = trace_events(prof, tmp_path)
+    kernels.sort(key=lambda k: k["args"]["correlation"])  # issue order
+    assert [k["name"] for k in kernels] == ["[infini] aten::mm", "[infini] aten::tanh"] * 4
+    for earlier, later in zip(kernels, kernels[1:], strict=False):
+        assert earlier["ts"] + earlier["dur"] <= later["ts"] + SLACK_US
+
+
+def test_kineto_records_no_device_time_for_cpu_tensors(tmp_path: Path) -> None:
+    a = torch.randn(64, 64)
+    b = a.to(DEVICE)
+    with profile(activities=ACTIVITIES) as prof:
+        a @ a
+        b @ b
+        torch.infini.synchronize()
+    ops, kernels = trace_events(prof, tmp_path)
+    assert [o["name"] for o in ops].count("aten::mm") == 2
+    assert [k["name"] for k in kernels] == ["[infini] aten::mm"]
+
+
+def test_kineto_times_a_fallback_operator_with_its_cpu_kernel(tmp_path: Path) -> None:
+    """atan2 runs in the CPU fallback: its device activity spans the CPU
+    kernel it calls (nested aten::atan2 on CPU tensors gets none itself)."""
+    x = torch.randn(512, 512, device=DEVICE)
+    torch.infini.synchronize()
+    with torch_infini.cpu_fallback.allowed("silent"), profile(activities=ACTIVITIES) as prof:
+        torch.atan2(x, x)
+        torch.infini.synchronize()
+    ops, kernels = trace_events(prof, tmp_path)
+    (kernel,) = [k for k in kernels if k["name"] == "[infini] aten::atan2"]
+    outer = linked_op(kernel, ops)
+    inner = [
+        o
+        for o in ops
+        if o["name"] == "aten::atan2"
+        and o is not outer
+        and outer["ts"] <= o["ts"] <= outer["ts"] + outer["dur"]
+    ]
+    assert inner, "the CPU kernel the fallback calls is recorded inside the infini operator"
+    assert kernel["dur"] + SLACK_US >= max(o["dur"] for o in inner)
+
+
+def test_kineto_records_backward_on_the_autograd_thread(tmp_path: Path) -> None:
+    w = torch.randn(32, 32, device=DEVICE, requires_grad=True)
+    x = torch.randn(8, 32, device=DEVICE)
+    with profile(activities=ACTIVITIES) as prof:
+        (x @ w).relu().sum().backward()
+        torch.infini.synchronize()
+    ops, kernels = trace_events(prof, tmp_path)
+    threads = {linked_op(k, ops)["tid"] for k in kernels}
+    assert len(threads) == 2, "forward on the caller, backward on infini's autograd thread"
+    names = {k["name"] for k in kernels}
+    assert {"[infini] aten::mm", "[infini] aten::threshold_backward"} <= names
+
+
+def test_kineto_records_work_on_the_stream_it_ran_on(tmp_path: Path) -> None:
+    x = torch.randn(64, 64, device=DEVICE)
+    side = torch.infini.Stream()
+    torch.infini.synchronize()
+    with profile(activities=ACTIVITIES) as prof:
+        x.sin()
+        with torch.infini.stream(side):
+            x.exp()
+        torch.infini.synchronize()
+    ops, kernels = trace_events(prof, tmp_path)
+    streams = {k["name"]: (k["tid"], k["args"]["stream"]) for k in kernels}
+    assert streams == {
+        "[infini] aten::sin": (0, 0),
+        "[infini] aten::exp": (side.stream_id, side.stream_id),
+    }
+
+
+@requires_two_devices
+def test_kineto_places_activities_on_their_device(tmp_path: Path) -> None:
+    a = torch.randn(64, 64, device="infini:0")
+    b = torch.randn(64, 64, device="infini:1")
+    with profile(activities=ACTIVITIES) as prof:
+        a.cos()
+        b.sqrt()
+        torch.infini.synchronize(0)
+        torch.infini.synchronize(1)
+    ops, kernels = trace_events(prof, tmp_path)
+    devices = {k["name"]: (k["pid"], k["args"]["device"]) for k in kernels}
+    assert devices == {"[infini] aten::cos": (0, 0), "[infini] aten::sqrt": (1, 1)}

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "device_activity.h"
 #include "torch_infini/runtime/backend.h"
 
 namespace torch_infini {
@@ -34,7 +35,7 @@ std::vector<std::unique_ptr<DeviceStreams>>& tables() {
   return *t;
 }
 
-runtime::StreamHandle handleFor(int device, c10::StreamId id) {
+runtime::StreamHandle createdHandle(int device, c10::StreamId id) {
   DeviceStreams& t = *tables()[device];
   if (t.created[id].load(std::memory_order_acquire)) return t.handles[id];
   std::lock_guard<std::mutex> lock(t.mutex);
@@ -43,6 +44,13 @@ runtime::StreamHandle handleFor(int device, c10::StreamId id) {
     t.created[id].store(true, std::memory_order_release);
   }
   return t.handles[id];
+}
+
+// Every handle handed out is about to carry work: the profiler hears of it.
+runtime::StreamHandle handleFor(int device, c10::StreamId id) {
+  runtime::StreamHandle handle = createdHandle(device, id);
+  device_activity::onStreamUse(device, id, handle);
+  return handle;
 }
 
 thread_local int tls_device = 0;

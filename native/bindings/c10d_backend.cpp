@@ -1,7 +1,7 @@
-// The one translation unit that speaks pybind11: c10d backends are pybind11
-// objects in PyTorch (torch.distributed.Backend), so handing ours to
-// ProcessGroup._register_backend needs PyTorch's own type casters. The rest
-// of the module is nanobind and passes plain PyObject* here.
+// One of two translation units that speak pybind11 (with memory_history.cpp):
+// c10d backends are pybind11 objects in PyTorch (torch.distributed.Backend),
+// so handing ours to ProcessGroup._register_backend needs PyTorch's own type
+// casters. The rest of the module is nanobind and passes plain PyObject* here.
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "c10d_backend.h"
+#include "memory_history.h"
 #include "torch_infini/distributed/backend.h"
 #include "torch_infini/ops/cpu_fallback.h"
 #include "torch_infini/ops/declared_support.h"
@@ -226,6 +227,9 @@ NB_MODULE(_C, m) {
     torch_infini::deviceAllocator()->resetAccumulatedStats(statsDevice(device));
   });
   m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
+  m.def("_record_memory_history", &torch_infini::bindings::recordMemoryHistory, nb::arg("trace"),
+        nb::arg("context"), nb::arg("cpp_stacks"), nb::arg("max_entries"), nb::arg("clear"));
+  m.def("_memory_snapshot", [] { return nb::steal(torch_infini::bindings::memorySnapshot()); });
 
   // The default generator of a device (-1: current), under its mutex.
   auto withGenerator = [](int device, auto fn) {

@@ -4,8 +4,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -55,9 +58,21 @@ std::string formatBytes(size_t bytes) {
   return buffer;
 }
 
+struct Block;
+
+// One runtime allocation, for snapshots: its extent and its first block.
+struct SegmentHead {
+  char* ptr;
+  size_t size;
+  c10::StreamId stream;
+  bool small;
+  Block* head;
+  std::shared_ptr<c10::GatheredContext> context;  // where it was allocated
+};
+
 struct Block {
-  Block(int device, c10::StreamId stream, size_t size, char* ptr, bool small)
-      : device(device), stream(stream), size(size), ptr(ptr), small(small) {}
+  Block(int device, c10::StreamId stream, size_t size, char* ptr, bool small, SegmentHead* segment)
+      : device(device), stream(stream), size(size), ptr(ptr), small(small), segment(segment) {}
 
   int device;
   c10::StreamId stream;  // the stream the block is ordered on
@@ -71,6 +86,8 @@ struct Block {
   Block* next = nullptr;
   std::vector<c10::Stream> stream_uses;  // other streams (record_stream)
   int pending_events = 0;
+  SegmentHead* segment;
+  std::shared_ptr<c10::GatheredContext> context;  // where it was allocated (history)
 
   bool isSplit() const { return prev != nullptr || next != nullptr; }
 };
@@ -111,7 +128,28 @@ struct DeviceCache {
   std::vector<Block*> spare_blocks;
   std::deque<std::pair<runtime::EventHandle, Block*>> pending;  // cross-stream frees
   DeviceStats stats;
+  std::map<const char*, std::unique_ptr<SegmentHead>> segments;  // by address
+  // Memory history: a ring of at most max_entries; `trace_next` is the
+  // oldest entry once the ring is full.
+  std::vector<MemoryTraceEntry> trace;
+  size_t trace_next = 0;
 };
+
+using Action = MemoryTraceEntry::Action;
+
+int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The trace oldest first, with room for the ring to continue at index 0.
+void linearize(DeviceCache& cache) {
+  std::rotate(cache.trace.begin(),
+              cache.trace.begin() + static_cast<std::ptrdiff_t>(cache.trace_next),
+              cache.trace.end());
+  cache.trace_next = 0;
+}
 
 // The statistics calls reject a bad index the way CUDA's caching allocator
 // does: a plain RuntimeError (not the AcceleratorError of runtime calls).
@@ -139,11 +177,12 @@ class Allocator final : public CachingDeviceAllocator {
     // Like CUDA's allocator: an empty tensor owns no memory and no statistics.
     if (bytes == 0) return c10::DataPtr(nullptr, where);
     DeviceCache& cache = cacheFor(device);
+    const std::shared_ptr<c10::GatheredContext> context = gather(RecordContext::STATE);
     Block* block = nullptr;
     {
       std::lock_guard<std::mutex> lock(cache.mutex);
       processEvents(cache);
-      block = mallocLocked(cache, device, stream, bytes);
+      block = mallocLocked(cache, device, stream, bytes, context);
     }
     return {block->ptr, block, &Allocator::deleter, where};
   }
@@ -220,7 +259,89 @@ class Allocator final : public CachingDeviceAllocator {
 
   bool deviceOf(const void* ptr, int* device) const override { return segments_.find(ptr, device); }
 
+  void recordHistory(bool trace, CreateContextFn context_fn, RecordContext when,
+                     size_t max_entries, bool clear) override {
+    TORCH_CHECK(max_entries > 0, "_record_memory_history: max_entries must be positive");
+    const int devices = deviceCount();
+    for (int d = 0; d < devices; ++d) {
+      DeviceCache& cache = cacheFor(d);
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      linearize(cache);
+      if (clear) cache.trace.clear();
+      if (cache.trace.size() > max_entries)
+        cache.trace.erase(cache.trace.begin(),
+                          cache.trace.end() - static_cast<std::ptrdiff_t>(max_entries));
+    }
+    context_fn_.store(context_fn);
+    record_when_.store(context_fn != nullptr ? static_cast<int>(when) : 0);
+    max_entries_.store(max_entries);
+    record_trace_.store(trace);
+  }
+
+  MemorySnapshot snapshot() override {
+    MemorySnapshot result;
+    const int devices = deviceCount();
+    result.traces.resize(static_cast<size_t>(devices));
+    for (int d = 0; d < devices; ++d) {
+      DeviceCache& cache = cacheFor(d);
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      for (const auto& [ptr, head] : cache.segments) {
+        MemorySegmentSnapshot segment{d,           reinterpret_cast<uintptr_t>(head->ptr),
+                                      head->size,  0,
+                                      0,           0,
+                                      head->stream, head->small,
+                                      head->context, {}};
+        for (Block* b = head->head; b != nullptr; b = b->next) {
+          using State = MemoryBlockSnapshot::State;
+          const State state = b->allocated   ? State::ActiveAllocated
+                              : b->in_pool   ? State::Inactive
+                                             : State::ActivePendingFree;
+          if (b->allocated) {
+            segment.allocated += b->size;
+            segment.requested += b->requested;
+          }
+          if (state != State::Inactive) segment.active += b->size;
+          segment.blocks.push_back({reinterpret_cast<uintptr_t>(b->ptr), b->size,
+                                    state == State::Inactive ? 0 : b->requested, state,
+                                    b->context});
+        }
+        result.segments.push_back(std::move(segment));
+      }
+      const size_t n = cache.trace.size();
+      std::vector<MemoryTraceEntry>& trace = result.traces[static_cast<size_t>(d)];
+      trace.reserve(n);
+      for (size_t i = 0; i < n; ++i) trace.push_back(cache.trace[(cache.trace_next + i) % n]);
+    }
+    return result;
+  }
+
  private:
+  // The stack of an allocator event, when history records contexts for it.
+  std::shared_ptr<c10::GatheredContext> gather(RecordContext needed) const {
+    if (record_when_.load(std::memory_order_relaxed) < static_cast<int>(needed)) return nullptr;
+    CreateContextFn fn = context_fn_.load();
+    return fn != nullptr ? fn() : nullptr;
+  }
+
+  bool contextFor(RecordContext needed) const {
+    return record_when_.load(std::memory_order_relaxed) >= static_cast<int>(needed);
+  }
+
+  void recordTrace(DeviceCache& cache, Action action, int device, const void* addr, size_t size,
+                   c10::StreamId stream, std::shared_ptr<c10::GatheredContext> context,
+                   size_t device_free = 0) {
+    if (!record_trace_.load(std::memory_order_relaxed)) return;
+    MemoryTraceEntry entry{action, device, reinterpret_cast<uintptr_t>(addr), size, stream,
+                           nowUs(),  device_free, std::move(context)};
+    const size_t max_entries = max_entries_.load();
+    if (cache.trace.size() < max_entries) {
+      cache.trace.push_back(std::move(entry));
+    } else {
+      cache.trace[cache.trace_next] = std::move(entry);
+      cache.trace_next = (cache.trace_next + 1) % cache.trace.size();
+    }
+  }
+
   static void deleter(void* context);
 
   DeviceCache& cacheFor(int device) {
@@ -295,7 +416,8 @@ class Allocator final : public CachingDeviceAllocator {
 
   static size_t splitThreshold(bool small) { return small ? kMinBlockSize : kSmallSize + 1; }
 
-  Block* mallocLocked(DeviceCache& cache, int device, c10::StreamId stream, size_t bytes) {
+  Block* mallocLocked(DeviceCache& cache, int device, c10::StreamId stream, size_t bytes,
+                      const std::shared_ptr<c10::GatheredContext>& context) {
     const size_t size = roundSize(bytes);
     const bool small = size <= kSmallSize;
     Pool& pool = poolFor(cache, small);
@@ -303,7 +425,7 @@ class Allocator final : public CachingDeviceAllocator {
     auto it = pool.lower_bound(Key{stream, size, nullptr});
     if (it == pool.end() || (*it)->stream != stream) {
       // Nothing cached fits: a new segment enters the pool as one free block.
-      it = insertFree(cache, newSegment(cache, device, stream, size, bytes));
+      it = insertFree(cache, newSegment(cache, device, stream, size, bytes, context));
     }
     Block* block = nullptr;
     Block* found = *it;
@@ -311,11 +433,15 @@ class Allocator final : public CachingDeviceAllocator {
     if (remaining >= splitThreshold(small)) {
       // The allocation takes the front of the free block; the free rest
       // is the same block, shrunk (usually in its pool place).
-      block = newBlock(cache, Block(device, stream, size, found->ptr, small));
+      block = newBlock(cache, Block(device, stream, size, found->ptr, small, found->segment));
       const bool was_split = found->isSplit();
       block->prev = found->prev;
       block->next = found;
-      if (block->prev) block->prev->next = block;
+      if (block->prev) {
+        block->prev->next = block;
+      } else {
+        block->segment->head = block;
+      }
       found->prev = block;
       reshapeFree(pool, it, found->ptr + size, remaining);
       // Like CUDA: a split block shrinks by `size`; an unsplit one
@@ -340,6 +466,9 @@ class Allocator final : public CachingDeviceAllocator {
     update(s.active_bytes, small, static_cast<int64_t>(block->size));
     update(s.requested_bytes, small, static_cast<int64_t>(bytes));
     reportToProfiler(cache, block, static_cast<int64_t>(block->size));
+    block->context = context;
+    recordTrace(cache, Action::Alloc, device, block->ptr, bytes, stream,
+                contextFor(RecordContext::ALLOC) ? context : nullptr);
     return block;
   }
 
@@ -374,7 +503,7 @@ class Allocator final : public CachingDeviceAllocator {
   }
 
   Block* newSegment(DeviceCache& cache, int device, c10::StreamId stream, size_t size,
-                    size_t requested) {
+                    size_t requested, const std::shared_ptr<c10::GatheredContext>& context) {
     runtime::DeviceRuntime& rt = runtime::get();
     const size_t bytes = segmentSize(size);
     void* ptr = rt.malloc(device, bytes);
@@ -387,6 +516,8 @@ class Allocator final : public CachingDeviceAllocator {
     if (ptr == nullptr) {
       ++cache.stats.num_ooms;
       auto [free_bytes, total] = rt.memGetInfo(device);
+      recordTrace(cache, Action::Oom, device, nullptr, requested, stream,
+                  contextFor(RecordContext::ALLOC) ? context : nullptr, free_bytes);
       const auto agg = static_cast<size_t>(StatType::AGGREGATE);
       TORCH_CHECK_WITH(
           OutOfMemoryError, false, "infini: out of memory on device ", device, " (backend '",
@@ -401,10 +532,21 @@ class Allocator final : public CachingDeviceAllocator {
     update(cache.stats.segment, small, 1);
     update(cache.stats.reserved_bytes, small, static_cast<int64_t>(bytes));
     ++cache.stats.num_device_alloc;
-    return newBlock(cache, Block(device, stream, bytes, static_cast<char*>(ptr), small));
+    auto& head = cache.segments[static_cast<char*>(ptr)];
+    head = std::make_unique<SegmentHead>(
+        SegmentHead{static_cast<char*>(ptr), bytes, stream, small, nullptr, context});
+    Block* block =
+        newBlock(cache, Block(device, stream, bytes, static_cast<char*>(ptr), small, head.get()));
+    head->head = block;
+    recordTrace(cache, Action::SegmentAlloc, device, ptr, bytes, stream,
+                contextFor(RecordContext::ALLOC) ? context : nullptr);
+    return block;
   }
 
-  void freeLocked(DeviceCache& cache, Block* block) {
+  void freeLocked(DeviceCache& cache, Block* block,
+                  const std::shared_ptr<c10::GatheredContext>& context) {
+    recordTrace(cache, Action::FreeRequested, block->device, block->ptr, block->requested,
+                block->stream, context);
     DeviceStats& s = cache.stats;
     update(s.allocation, block->small, -1);
     update(s.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -428,11 +570,15 @@ class Allocator final : public CachingDeviceAllocator {
       }
       if (block->pending_events > 0) return;  // still active until the events complete
     }
-    release(cache, block);
+    release(cache, block, context);
   }
 
   // Returns a no-longer-active block to its pool, merged with free neighbours.
-  void release(DeviceCache& cache, Block* block) {
+  void release(DeviceCache& cache, Block* block,
+               const std::shared_ptr<c10::GatheredContext>& context = nullptr) {
+    recordTrace(cache, Action::FreeCompleted, block->device, block->ptr, block->requested,
+                block->stream, context);
+    block->context.reset();
     update(cache.stats.active, block->small, -1);
     update(cache.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
     Block* free_prev = block->prev != nullptr && block->prev->in_pool ? block->prev : nullptr;
@@ -447,7 +593,11 @@ class Allocator final : public CachingDeviceAllocator {
       if (neighbour == block->prev) {
         block->ptr = neighbour->ptr;
         block->prev = neighbour->prev;
-        if (block->prev) block->prev->next = block;
+        if (block->prev) {
+          block->prev->next = block;
+        } else {
+          block->segment->head = block;
+        }
       } else {
         block->next = neighbour->next;
         if (block->next) block->next->prev = block;
@@ -467,7 +617,11 @@ class Allocator final : public CachingDeviceAllocator {
       if (block->next) block->next->prev = neighbour;
     } else {
       neighbour->prev = block->prev;
-      if (block->prev) block->prev->next = neighbour;
+      if (block->prev) {
+        block->prev->next = neighbour;
+      } else {
+        neighbour->segment->head = neighbour;
+      }
     }
     const size_t old_size = neighbour->size;
     Pool& pool = poolFor(cache, neighbour->small);
@@ -518,6 +672,9 @@ class Allocator final : public CachingDeviceAllocator {
         it = pool->erase(it);
         block->in_pool = false;
         segments_.erase(block->ptr);
+        cache.segments.erase(block->ptr);
+        recordTrace(cache, Action::SegmentFree, device, block->ptr, block->size, block->stream,
+                    nullptr);
         update(cache.stats.segment, block->small, -1);
         update(cache.stats.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
         ++cache.stats.num_device_free;
@@ -529,6 +686,11 @@ class Allocator final : public CachingDeviceAllocator {
   std::once_flag caches_once_;
   std::vector<std::unique_ptr<DeviceCache>> caches_;
   RangeMap segments_;
+  // Memory history settings (recordHistory).
+  std::atomic<int> record_when_{0};  // a RecordContext
+  std::atomic<bool> record_trace_{false};
+  std::atomic<CreateContextFn> context_fn_{nullptr};
+  std::atomic<size_t> max_entries_{SIZE_MAX};
 };
 
 Allocator& instance() {
@@ -540,12 +702,20 @@ void Allocator::deleter(void* context) {
   auto* block = static_cast<Block*>(context);
   Allocator& self = instance();
   DeviceCache& cache = self.cacheFor(block->device);
+  const std::shared_ptr<c10::GatheredContext> stack = self.gather(RecordContext::ALL);
   std::lock_guard<std::mutex> lock(cache.mutex);
-  self.freeLocked(cache, block);
+  self.freeLocked(cache, block, stack);
 }
 
 }  // namespace
 
 CachingDeviceAllocator& cachingDeviceAllocator() { return instance(); }
+
+void recordMemoryHistory(bool trace, CreateContextFn context_fn, RecordContext when,
+                         size_t max_entries, bool clear) {
+  instance().recordHistory(trace, context_fn, when, max_entries, clear);
+}
+
+MemorySnapshot memorySnapshot() { return instance().snapshot(); }
 
 }  // namespace torch_infini

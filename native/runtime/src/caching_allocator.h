@@ -11,6 +11,8 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include "torch_infini/runtime/memory_history.h"
+
 namespace torch_infini {
 
 class CachingDeviceAllocator : public c10::DeviceAllocator {
@@ -23,6 +25,10 @@ class CachingDeviceAllocator : public c10::DeviceAllocator {
   virtual bool deviceOf(const void* ptr, int* device) const = 0;
   // Releases cached blocks of every device back to the runtime.
   virtual void emptyCacheAll() = 0;
+  // Memory history (memory_history.h).
+  virtual void recordHistory(bool trace, CreateContextFn context_fn, RecordContext when,
+                             size_t max_entries, bool clear) = 0;
+  virtual MemorySnapshot snapshot() = 0;
 };
 
 CachingDeviceAllocator& cachingDeviceAllocator();

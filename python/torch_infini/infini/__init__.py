@@ -47,6 +47,7 @@ from .memory import (
     max_memory_reserved,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
     memory_stats_as_nested_dict,
     reset_accumulated_memory_stats,
@@ -82,6 +83,7 @@ __all__ = [
     "memory",
     "memory_allocated",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats",
@@ -136,14 +138,15 @@ def __getattr__(name: str) -> Any:
     if name == "_initialized":
         return is_initialized()
     if name in _INDUCTOR_HOOKS:
-        from .. import _C, _inductor
+        from .. import _C, _compile_fallback, _inductor
 
-        _C._init()
-        if not _C._capabilities()["host_addressable"]:
+        # torch.compile's default backend never gets here for such a backend
+        # (_compile_fallback.py); Inductor called some other way does.
+        if not _compile_fallback.inductor_serves_infini():
             raise NotImplementedError(
-                f"torch.compile on infini (backend {_C._backend()!r}): Inductor generates C++ "
-                "kernels that need device memory the CPU can address, which this backend's is "
-                "not; compile with backend='aot_eager'"
+                f"Inductor on infini (backend {_C._backend()!r}): its C++ kernels need device "
+                "memory the CPU can address, which this backend's is not; compile with "
+                "backend='aot_eager'"
             )
         return getattr(_inductor, _INDUCTOR_HOOKS[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,9 +57,10 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
-from . import _compile_cache  # noqa: E402
+from . import _compile_cache, _compile_fallback  # noqa: E402
 
 _compile_cache.install()  # torch.compile's caches keyed to torch_infini's code generation
+_compile_fallback.install()  # aot_eager for infini graphs where Inductor cannot serve them
 
 cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 

@@ -1,0 +1,88 @@
+"""torch.compile's default backend where Inductor cannot serve infini.
+
+Inductor's code generation for infini (``_inductor.py``) runs its C++ CPU
+kernels on device memory, which needs memory the CPU can address (``host``,
+InfiniRT ``cpu``). On other backends (NVIDIA and the other accelerators) a
+graph that holds infini tensors compiles with ``aot_eager`` instead:
+AOTAutograd traces forward and backward and their ATen operators run on
+infini as in eager mode. One warning says so; Inductor's options (``mode``,
+``options``) do not apply to such graphs. Graphs without infini tensors go
+to Inductor as before.
+
+The hook is PyTorch's own object for ``backend="inductor"``
+(``torch._TorchCompileInductorWrapper``, what ``torch.compile`` builds for
+its default backend): its ``__call__`` is wrapped at import, which loads
+nothing of Dynamo or Inductor.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+_warned = False
+
+
+def inductor_serves_infini() -> bool:
+    """Whether Inductor's C++ code generation can run on infini memory."""
+    from . import _C
+
+    _C._init()
+    return bool(_C._capabilities()["host_addressable"])
+
+
+def _is_infini(value: Any) -> bool:
+    leaves = torch.utils._pytree.tree_leaves(value)
+    return any(isinstance(x, torch.Tensor) and x.device.type == "infini" for x in leaves)
+
+
+def holds_infini_tensors(gm: Any, example_inputs: Any) -> bool:
+    """Any infini tensor among the graph's inputs or the values it makes."""
+    if _is_infini(list(example_inputs)):
+        return True
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        return False
+    # Dynamo's graphs carry each node's value as "example_value", traced
+    # graphs as "val".
+    return any(
+        _is_infini(node.meta.get("example_value")) or _is_infini(node.meta.get("val"))
+        for node in graph.nodes
+    )
+
+
+def _warn_once() -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    from . import _C
+
+    warnings.warn(
+        f"torch.compile on infini (backend {_C._backend()!r}): Inductor's C++ code generation "
+        "needs device memory the CPU can address, which this backend's is not; graphs with "
+        "infini tensors compile with backend='aot_eager' instead (Inductor's mode and options "
+        "do not apply to them)",
+        UserWarning,
+        stacklevel=2,
+    )
+
+
+def install() -> None:
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.__call__
+    if getattr(original, "_torch_infini_fallback", False):
+        return
+
+    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
+        if holds_infini_tensors(model_, inputs_) and not inductor_serves_infini():
+            _warn_once()
+            from torch._dynamo.backends.registry import lookup_backend
+
+            return lookup_backend("aot_eager")(model_, inputs_)
+        return original(self, model_, inputs_, **kwargs)
+
+    __call__._torch_infini_fallback = True  # type: ignore[attr-defined]
+    wrapper.__call__ = __call__  # type: ignore[method-assign]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 2: build from scratch, run ctest, install the wheel, run the
 # reports (build/reports/), then run the Python and conformance suites on
-# the host device inline, and again with async streams and two devices, and
-# finally the benchmarks (build/reports/benchmarks.json).
+# the host device inline, and again with async streams and two devices (the
+# soak runs there), the benchmarks (build/reports/benchmarks.json), and
+# finally ctest again on an ASan + UBSan build (ci/sanitize.sh --ctest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -53,3 +54,6 @@ echo "== charts (${REPORTS_DIR}/*.svg)"
 "$PYTHON" tools/charts.py --benchmarks "${REPORTS_DIR}/benchmarks.json" \
   --op-coverage "${REPORTS_DIR}/op_coverage.json" --op-db "${REPORTS_DIR}/op_db.json" \
   --out "${REPORTS_DIR}"
+
+echo "== sanitizers: ASan + UBSan build, ctest"
+BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}" bash ci/sanitize.sh --ctest

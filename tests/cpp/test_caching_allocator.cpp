@@ -208,6 +208,62 @@ void randomSequencesKeepBlocksDisjointAndStatisticsExact() {
   CHECK(stats().reserved_bytes[kAgg].current == 0);
 }
 
+// Eight threads, each on streams of its own (both devices when there are
+// two), allocate, fill on their stream, check and free concurrently, some
+// blocks recorded on a second stream first: no block ever has two owners
+// (each thread's byte pattern survives until it frees the block), and the
+// statistics return to where they were. Under TSan this is the allocator's
+// and the async streams' race check.
+void concurrentThreadsOnTheirOwnStreams() {
+  auto* alloc = torch_infini::deviceAllocator();
+  const int devices = torch_infini::deviceCount();
+  std::vector<int64_t> base;
+  for (int d = 0; d < devices; ++d)
+    base.push_back(alloc->getDeviceStats(d).allocation[kAgg].current);
+  std::atomic<int> corrupted{0};
+  auto body = [&](int index) {
+    std::mt19937 rng(static_cast<uint32_t>(index));
+    const int device = index % devices;
+    torch_infini::setCurrentDevice(device);
+    const c10::Stream mine = torch_infini::streamFromPool(device);
+    const c10::Stream other = torch_infini::streamFromPool(device);
+    torch_infini::exchangeStream(mine);
+    torch_infini::runtime::DeviceRuntime& rt = torch_infini::runtime::get();
+    struct Held {
+      c10::DataPtr ptr;
+      size_t bytes;
+      int pattern;
+    };
+    std::vector<Held> held;
+    for (int step = 0; step < 1500; ++step) {
+      if (held.empty() || (held.size() < 16 && rng() % 100 < 55)) {
+        const size_t bytes = 1 + rng() % (rng() % 8 == 0 ? (3u << 20) : 4096u);
+        c10::DataPtr ptr = alloc->allocate(bytes);
+        const int pattern = static_cast<int>(rng() % 256);
+        rt.memsetAsync(ptr.get(), pattern, bytes, torch_infini::nativeStream(mine));
+        held.push_back({std::move(ptr), bytes, pattern});
+        continue;
+      }
+      const size_t i = rng() % held.size();
+      Held h = std::move(held[i]);
+      held.erase(held.begin() + static_cast<long>(i));
+      rt.synchronizeStream(torch_infini::nativeStream(mine));
+      const auto* data = static_cast<const unsigned char*>(h.ptr.get());
+      for (size_t k = 0; k < h.bytes; k += 61)
+        if (data[k] != h.pattern) corrupted.fetch_add(1);
+      if (rng() % 4 == 0) alloc->recordStream(h.ptr, other);
+    }
+    held.clear();
+    torch_infini::synchronizeDevice(device);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) threads.emplace_back(body, i);
+  for (auto& t : threads) t.join();
+  CHECK(corrupted.load() == 0);
+  for (int d = 0; d < devices; ++d)
+    CHECK(alloc->getDeviceStats(d).allocation[kAgg].current == base[static_cast<size_t>(d)]);
+}
+
 }  // namespace
 
 int main() {
@@ -223,5 +279,6 @@ int main() {
       {"record_stream on another device is rejected", recordStreamOnAnotherDeviceIsRejected},
       {"random sequences keep blocks disjoint and statistics exact",
        randomSequencesKeepBlocksDisjointAndStatisticsExact},
+      {"concurrent threads on their own streams", concurrentThreadsOnTheirOwnStreams},
   });
 }

@@ -30,6 +30,9 @@ DEVICE = torch.device("infini", 0)
 PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, as the trace writes it
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 SLACK_US = 2.0  # rounding between the host clock and event times
+# A segment closes when Kineto pops the operator's correlation id, just
+# after the profiler took the operator's end time (longer under sanitizers).
+END_SLACK_US = 50.0
 
 
 def trace_events(prof: Any, tmp_path: Path) -> tuple[list[dict], list[dict]]:
@@ -123,7 +126,7 @@ def test_kineto_gives_each_infini_operator_device_time_from_events(tmp_path: Pat
         # The device cannot start an operator's work before it is issued.
         assert kernel["ts"] >= op["ts"] - SLACK_US
         if not has_async_host():  # synchronous streams: the work is inside the call
-            assert kernel["ts"] + kernel["dur"] <= op["ts"] + op["dur"] + SLACK_US
+            assert kernel["ts"] + kernel["dur"] <= op["ts"] + op["dur"] + END_SLACK_US
 
 
 def test_kineto_device_activities_follow_stream_order(tmp_path: Path) -> None:

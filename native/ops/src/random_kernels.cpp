@@ -6,8 +6,12 @@
 #include "philox.h"
 
 // One copy of each loop per instruction set, the best picked when the
-// library loads (GCC and Clang on x86-64 Linux); plain code elsewhere.
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+// library loads (GCC and Clang on x86-64 Linux); plain code elsewhere. Not
+// under ThreadSanitizer: the picker (an ifunc resolver) runs while the
+// library is relocated, and TSan's instrumentation of it would call the TSan
+// runtime through a not yet relocated PLT entry (a crash at load).
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__SANITIZE_THREAD__)
 #define TORCH_INFINI_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define TORCH_INFINI_VECTOR_CLONES

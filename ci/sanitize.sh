@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Sanitizer runs (issue: reliability harness).
+#
+#   bash ci/sanitize.sh            ASan + UBSan: build, ctest (C++ tests and the
+#                                  installed LibTorch example), then the Python
+#                                  tests of the runtime, allocator, streams and
+#                                  events, copies and the CPU fallback
+#   bash ci/sanitize.sh --ctest    the build and ctest only (what CI runs)
+#   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
+#                                  allocator tests and the Python soak and
+#                                  stream tests, with async host streams
+#
+# PyTorch and Python are not instrumented: the sanitizer runtime is preloaded
+# into Python, and tools/sanitizers/ suppresses only reports on code that is
+# not ours (PyTorch's, glibc's; each entry says why). Every report fails the
+# run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+JOBS="${JOBS:-2}"
+MODE="${1:-all}"
+SUPP="$(pwd)/tools/sanitizers"
+
+# The interpreter itself, not a wrapper script (pyenv's shims are bash, which
+# a preloaded sanitizer runtime would then check too).
+PYTHON_BIN="$("$PYTHON" -c 'import sys; print(sys.executable)')"
+
+# BUILD_DIR/python: the package sources plus the instrumented module (which
+# finds libtorch_infini.so in the build tree by its RPATH).
+stage_python() {  # BUILD_DIR
+  rm -rf "$1/python" && mkdir -p "$1/python"
+  cp -r python/torch_infini python/torch_infini_autoload.py "$1/python/"
+  cp "$1"/native/bindings/_C*.so "$1/_build_info.py" "$1/python/torch_infini/"
+}
+
+configure_and_build() {  # BUILD_DIR SANITIZERS
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_INFINI_SANITIZE="$2" \
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")"
+  cmake --build "$1" -j "${JOBS}"
+}
+
+if [ "$MODE" = "--thread" ]; then
+  BUILD_DIR="${BUILD_DIR:-build/tsan}"
+  echo "== TSan: configure, build (${BUILD_DIR})"
+  configure_and_build "${BUILD_DIR}" thread
+  # A report makes the process exit with 66 at its end (tests pass or not).
+  export TSAN_OPTIONS="second_deadlock_stack=1 suppressions=${SUPP}/tsan.supp"
+  export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
+  echo "== TSan: C++ host runtime, caching allocator (8 threads), op allocations; async streams"
+  for test in test_host_runtime test_caching_allocator test_op_allocations; do
+    "${BUILD_DIR}/tests/cpp/${test}"
+  done
+  # Python: the soak and the stream, event, memory and copy tests, with TSan
+  # preloaded. One intra-op thread: PyTorch's OpenMP (libgomp) synchronizes
+  # its workers in ways TSan cannot see unless libgomp is rebuilt with it.
+  stage_python "${BUILD_DIR}"
+  echo "== TSan: Python soak, streams, events, memory, copies; async streams"
+  OMP_NUM_THREADS=1 TORCH_INFINI_SOAK_SECONDS="${TORCH_INFINI_SOAK_SECONDS:-20}" \
+    LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" PYTHONPATH="$(pwd)/${BUILD_DIR}/python" \
+    "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider tests/python/test_soak.py \
+    tests/python/test_streams_events.py tests/python/test_memory.py tests/python/test_copy.py \
+    tests/python/test_threads.py
+  exit 0
+fi
+
+BUILD_DIR="${BUILD_DIR:-build/asan}"
+echo "== ASan + UBSan: configure, build (${BUILD_DIR})"
+configure_and_build "${BUILD_DIR}" address,undefined
+export ASAN_OPTIONS="detect_leaks=1 halt_on_error=1 strict_init_order=1 check_initialization_order=1"
+export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp print_suppressions=0"
+export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 suppressions=${SUPP}/ubsan.supp"
+echo "== ASan + UBSan: ctest (LeakSanitizer on)"
+ctest --test-dir "${BUILD_DIR}" --output-on-failure
+[ "$MODE" = "--ctest" ] && exit 0
+
+stage_python "${BUILD_DIR}"
+# Python is not linked with the ASan runtime: it is preloaded, with libstdc++
+# (else ASan cannot find the real __cxa_throw and aborts on the first C++
+# exception). LeakSanitizer is off here: CPython frees little at exit by
+# design and PyTorch's pybind11 registrations are never freed, and a leak
+# suppression matches any frame of a stack (every call from Python passes
+# through libpython and libtorch_python), so suppressing them would hide
+# leaks of ours too. Leaks are checked by ctest above (LSan on) and by
+# tests/python/test_leaks.py (allocator and RSS over 200 training steps).
+PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
+TESTS=(tests/python/test_device.py tests/python/test_memory.py tests/python/test_memory_history.py
+       tests/python/test_streams_events.py tests/python/test_copy.py tests/python/test_tensors.py
+       tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
+       tests/python/test_threads.py tests/python/test_profiler.py tests/python/test_soak.py)
+for pass in inline async; do
+  echo "== ASan + UBSan: Python tests, ${pass} host streams"
+  if [ "$pass" = async ]; then
+    export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
+  fi
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" LD_PRELOAD="${PRELOAD}" \
+    PYTHONPATH="$(pwd)/${BUILD_DIR}/python" "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider \
+    "${TESTS[@]}"
+done

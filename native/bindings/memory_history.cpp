@@ -17,8 +17,7 @@
 // included from an installed PyTorch (it needs nlohmann/json, not shipped);
 // libtorch_python exports both.
 namespace torch {
-TORCH_API std::vector<pybind11::object> py_symbolize(
-    std::vector<CapturedTraceback*>& to_symbolize);
+TORCH_API std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
 TORCH_PYTHON_API void installCapturedTracebackPython();
 }  // namespace torch
 
@@ -90,13 +89,11 @@ class Frames {
 
 }  // namespace
 
-void recordMemoryHistory(bool trace, int context, bool cpp_stacks, size_t max_entries,
-                         bool clear) {
+void recordMemoryHistory(bool trace, int context, bool cpp_stacks, size_t max_entries, bool clear) {
   if (context > 0) torch::installCapturedTracebackPython();
-  torch_infini::recordMemoryHistory(trace,
-                                    context > 0 ? (cpp_stacks ? gatherWithCpp : gatherPython)
-                                                : nullptr,
-                                    static_cast<RecordContext>(context), max_entries, clear);
+  torch_infini::recordMemoryHistory(
+      trace, context > 0 ? (cpp_stacks ? gatherWithCpp : gatherPython) : nullptr,
+      static_cast<RecordContext>(context), max_entries, clear);
 }
 
 PyObject* memorySnapshot() {

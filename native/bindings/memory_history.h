@@ -10,8 +10,7 @@ namespace torch_infini::bindings {
 
 // `trace`: keep allocator events; `context`: a c10 RecordContext (0 never,
 // 1 state, 2 alloc, 3 all); `cpp_stacks`: C++ frames besides Python's.
-void recordMemoryHistory(bool trace, int context, bool cpp_stacks, size_t max_entries,
-                         bool clear);
+void recordMemoryHistory(bool trace, int context, bool cpp_stacks, size_t max_entries, bool clear);
 
 // The snapshot as torch.cuda.memory._snapshot lays it out. New reference.
 PyObject* memorySnapshot();

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -209,3 +210,26 @@ def llama_example() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def configure_cmake_probe(
+    project: Path, body: str, *defines: str, languages: str = "NONE"
+) -> subprocess.CompletedProcess[str]:
+    """Configures a probe CMake project in ``project`` (created; its build
+    tree beside it) that can include the repository's cmake/ modules and
+    whose CMakeLists.txt ends with ``body``."""
+    cmake = shutil.which("cmake")
+    assert cmake, "cmake is a build requirement of the project"
+    repo_cmake = Path(__file__).resolve().parents[2] / "cmake"
+    project.mkdir(exist_ok=True)
+    (project / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.18)\nproject(probe {languages})\n"
+        f'list(APPEND CMAKE_MODULE_PATH "{repo_cmake}")\n' + body
+    )
+    return subprocess.run(
+        [cmake, "-S", str(project), "-B", str(project.parent / "build"), *defines],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -5,42 +5,23 @@ ctest)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from infini_testing import configure_cmake_probe
 
 
 def configure(tmp_path: Path, value: str) -> subprocess.CompletedProcess[str]:
-    cmake = shutil.which("cmake")
-    assert cmake, "cmake is a build requirement of the project"
-    project = tmp_path / "probe"
-    project.mkdir()
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(probe NONE)\n"
-        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
+    return configure_cmake_probe(
+        tmp_path / "probe",
         "include(TorchInfiniSanitizers)\n"
         "get_directory_property(_options COMPILE_OPTIONS)\n"
         "get_directory_property(_links LINK_OPTIONS)\n"
         'message(STATUS "COMPILE=${_options}")\n'
         'message(STATUS "LINK=${_links}")\n'
-        'message(STATUS "INTERFACE=${TORCH_INFINI_SANITIZER_LINK_OPTIONS}")\n'
-    )
-    return subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(project),
-            "-B",
-            str(tmp_path / "build"),
-            f"-DTORCH_INFINI_SANITIZE={value}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        'message(STATUS "INTERFACE=${TORCH_INFINI_SANITIZER_LINK_OPTIONS}")\n',
+        f"-DTORCH_INFINI_SANITIZE={value}",
     )
 
 

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from infini_testing import configure_cmake_probe
 
 REPO = Path(__file__).resolve().parents[2]
 PINNED = ["Cpu", "Nvidia", "Cambricon", "Ascend", "Metax", "Moore", "Iluvatar", "Hygon"]
@@ -40,32 +41,14 @@ def _fake_infinirt(root: Path, types: list[str]) -> None:
 
 
 def _configure(tmp_path: Path, types: list[str]) -> subprocess.CompletedProcess[str]:
-    cmake = shutil.which("cmake")
-    assert cmake, "cmake is a build requirement of the project"
     fake = tmp_path / "infinirt"
     _fake_infinirt(fake, types)
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(probe NONE)\n"
-        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
+    return configure_cmake_probe(
+        tmp_path / "project",
         "find_package(InfiniRT REQUIRED)\n"
-        'message(STATUS "device types: ${InfiniRT_DEVICE_TYPES}")\n'
-    )
-    return subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(project),
-            "-B",
-            str(tmp_path / "build"),
-            f"-DINFINI_RT_INCLUDE_DIRS={fake / 'include'}",
-            f"-DINFINI_RT_LIBRARY_DIRS={fake / 'lib'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        'message(STATUS "device types: ${InfiniRT_DEVICE_TYPES}")\n',
+        f"-DINFINI_RT_INCLUDE_DIRS={fake / 'include'}",
+        f"-DINFINI_RT_LIBRARY_DIRS={fake / 'lib'}",
     )
 
 
@@ -149,31 +132,23 @@ def _configure_consumer(
     """Configures a library that links `target` privately (as libtorch_infini
     does) and an executable that links that library (as a LibTorch app
     does); the configure output says `needs: <value of the variable needs>`."""
-    cmake = shutil.which("cmake")
-    assert cmake, "cmake is a build requirement of the project"
     project = tmp_path / "project"
     project.mkdir()
     (project / "consumer.c").write_text(
         f"int {probe}(void);\nint consumer(void) {{ return {probe}(); }}\n"
     )
     (project / "app.c").write_text("int consumer(void);\nint main(void) { return consumer(); }\n")
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(probe C)\n"
-        f'list(APPEND CMAKE_MODULE_PATH "{REPO / "cmake"}")\n'
+    return configure_cmake_probe(
+        project,
         f"{prelude}"
         f"find_package({package} REQUIRED)\n"
         f'message(STATUS "needs: ${{{needs}}}")\n'
         "add_library(consumer SHARED consumer.c)\n"
         f"target_link_libraries(consumer PRIVATE {target})\n"
         "add_executable(app app.c)\n"
-        "target_link_libraries(app PRIVATE consumer)\n"
-    )
-    return subprocess.run(
-        [cmake, "-S", str(project), "-B", str(tmp_path / "build"), *defines],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        "target_link_libraries(app PRIVATE consumer)\n",
+        *defines,
+        languages="C",
     )
 
 

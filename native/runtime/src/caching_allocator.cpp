@@ -259,8 +259,8 @@ class Allocator final : public CachingDeviceAllocator {
 
   bool deviceOf(const void* ptr, int* device) const override { return segments_.find(ptr, device); }
 
-  void recordHistory(bool trace, CreateContextFn context_fn, RecordContext when,
-                     size_t max_entries, bool clear) override {
+  void recordHistory(bool trace, CreateContextFn context_fn, RecordContext when, size_t max_entries,
+                     bool clear) override {
     TORCH_CHECK(max_entries > 0, "_record_memory_history: max_entries must be positive");
     const int devices = deviceCount();
     for (int d = 0; d < devices; ++d) {
@@ -286,16 +286,18 @@ class Allocator final : public CachingDeviceAllocator {
       DeviceCache& cache = cacheFor(d);
       std::lock_guard<std::mutex> lock(cache.mutex);
       for (const auto& [ptr, head] : cache.segments) {
-        MemorySegmentSnapshot segment{d,           reinterpret_cast<uintptr_t>(head->ptr),
-                                      head->size,  0,
-                                      0,           0,
-                                      head->stream, head->small,
-                                      head->context, {}};
+        MemorySegmentSnapshot segment{};
+        segment.device = d;
+        segment.addr = reinterpret_cast<uintptr_t>(head->ptr);
+        segment.total = head->size;
+        segment.stream = head->stream;
+        segment.small = head->small;
+        segment.context = head->context;
         for (Block* b = head->head; b != nullptr; b = b->next) {
           using State = MemoryBlockSnapshot::State;
-          const State state = b->allocated   ? State::ActiveAllocated
-                              : b->in_pool   ? State::Inactive
-                                             : State::ActivePendingFree;
+          const State state = b->allocated ? State::ActiveAllocated
+                              : b->in_pool ? State::Inactive
+                                           : State::ActivePendingFree;
           if (b->allocated) {
             segment.allocated += b->size;
             segment.requested += b->requested;
@@ -331,8 +333,14 @@ class Allocator final : public CachingDeviceAllocator {
                    c10::StreamId stream, std::shared_ptr<c10::GatheredContext> context,
                    size_t device_free = 0) {
     if (!record_trace_.load(std::memory_order_relaxed)) return;
-    MemoryTraceEntry entry{action, device, reinterpret_cast<uintptr_t>(addr), size, stream,
-                           nowUs(),  device_free, std::move(context)};
+    MemoryTraceEntry entry{action,
+                           device,
+                           reinterpret_cast<uintptr_t>(addr),
+                           size,
+                           stream,
+                           nowUs(),
+                           device_free,
+                           std::move(context)};
     const size_t max_entries = max_entries_.load();
     if (cache.trace.size() < max_entries) {
       cache.trace.push_back(std::move(entry));

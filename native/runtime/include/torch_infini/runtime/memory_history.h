@@ -52,7 +52,7 @@ struct MemorySegmentSnapshot {
 };
 
 struct MemorySnapshot {
-  std::vector<MemorySegmentSnapshot> segments;  // every device, by address
+  std::vector<MemorySegmentSnapshot> segments;        // every device, by address
   std::vector<std::vector<MemoryTraceEntry>> traces;  // per device, oldest first
 };
 

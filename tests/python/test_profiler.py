@@ -114,9 +114,10 @@ def test_kineto_gives_each_infini_operator_device_time_from_events(tmp_path: Pat
         assert device_side.device_time_total > 0
         assert cpu_side.self_device_time_total == pytest.approx(device_side.device_time_total)
     ops, kernels = trace_events(prof, tmp_path)
-    assert sorted(k["name"] for k in kernels) == sorted(
-        f"[infini] {op}" for op in ("aten::mm", "aten::relu", "aten::add_") for _ in range(3)
-    )
+    names = [k["name"] for k in kernels]
+    # (A kernel provider may run nested operators too: a scalar's copy, ...)
+    for op in ("aten::mm", "aten::relu", "aten::add_"):
+        assert names.count(f"[infini] {op}") == 3, names
     for kernel in kernels:
         op = linked_op(kernel, ops)
         assert kernel["name"] == f"[infini] {op['name']}"

@@ -130,7 +130,7 @@ class Session final : public libkineto::IActivityProfilerSession {
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
-  std::vector<std::string> errors() override { return {}; }
+  std::vector<std::string> errors() override { return errors_; }
 
   void processTrace(libkineto::ActivityLogger& logger) override {
     processTrace(logger, [](int32_t) { return nullptr; }, 0, 0);
@@ -148,11 +148,22 @@ class Session final : public libkineto::IActivityProfilerSession {
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "infini");
     runtime::DeviceRuntime& rt = runtime::get();
     for (const Segment& s : segments) {
-      rt.synchronizeEvent(s.end);
-      const int64_t begin_ns = deviceTimeNs(s.device, s.start);
-      const int64_t end_ns = deviceTimeNs(s.device, s.end);
-      rt.destroyEvent(s.start);
-      rt.destroyEvent(s.end);
+      // A segment whose events cannot be timed (its stream's work failed)
+      // is left out and reported, never thrown through Kineto.
+      int64_t begin_ns = 0;
+      int64_t end_ns = 0;
+      bool timed = false;
+      try {
+        rt.synchronizeEvent(s.end);
+        begin_ns = deviceTimeNs(s.device, s.start);
+        end_ns = deviceTimeNs(s.device, s.end);
+        timed = true;
+      } catch (const std::exception& e) {
+        errors_.push_back(std::string("infini: a device activity was not timed: ") + e.what());
+      }
+      destroyEvent(s.start);
+      destroyEvent(s.end);
+      if (!timed) continue;
       const libkineto::ITraceActivity* op = linkedActivity(static_cast<int32_t>(s.correlation));
       buffer_->emplace_activity(buffer_->span, ActivityType::CONCURRENT_KERNEL,
                                 "[infini] " + (op != nullptr ? op->name() : std::string("work")));
@@ -216,6 +227,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   std::vector<Segment> segments_;  // guarded by g_mutex
   std::set<std::pair<int, c10::StreamId>> streams_;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
+  std::vector<std::string> errors_;
 };
 
 void closeOpen(ThreadState& t) {

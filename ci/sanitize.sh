@@ -4,7 +4,9 @@
 #   bash ci/sanitize.sh            ASan + UBSan: build, ctest (C++ tests and the
 #                                  installed LibTorch example), then the Python
 #                                  tests of the runtime, allocator, streams and
-#                                  events, copies and the CPU fallback
+#                                  events, copies, CPU fallback, profiler and
+#                                  the soak (inline and async), and of the
+#                                  operators (inline)
 #   bash ci/sanitize.sh --ctest    the build and ctest only (what CI runs)
 #   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
 #                                  allocator tests and the Python soak and
@@ -83,16 +85,27 @@ stage_python "${BUILD_DIR}"
 # leaks of ours too. Leaks are checked by ctest above (LSan on) and by
 # tests/python/test_leaks.py (allocator and RSS over 200 training steps).
 PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
-TESTS=(tests/python/test_device.py tests/python/test_memory.py tests/python/test_memory_history.py
-       tests/python/test_streams_events.py tests/python/test_copy.py tests/python/test_tensors.py
-       tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
-       tests/python/test_threads.py tests/python/test_profiler.py tests/python/test_soak.py)
+RUNTIME_TESTS=(tests/python/test_device.py tests/python/test_memory.py
+  tests/python/test_memory_history.py tests/python/test_streams_events.py tests/python/test_copy.py
+  tests/python/test_tensors.py tests/python/test_cpu_fallback.py
+  tests/python/test_cpu_fallback_staged.py tests/python/test_threads.py
+  tests/python/test_profiler.py tests/python/test_soak.py)
+# The operators' tests run inline only: there the allocator poisons memory no
+# tensor owns, so a kernel overrunning its tensor is reported.
+KERNEL_TESTS=(tests/python/test_ops_*.py tests/python/test_random_ops.py tests/python/test_random.py
+  tests/python/test_fused_*.py tests/python/test_paged_attention.py tests/python/test_autograd.py
+  tests/python/test_type_promotion.py tests/python/test_rnn.py tests/python/test_modules.py
+  tests/python/test_autocast.py tests/python/test_grad_scaler.py tests/python/test_llama.py
+  tests/python/test_errors.py tests/python/test_fallback_errors.py)
 for pass in inline async; do
   echo "== ASan + UBSan: Python tests, ${pass} host streams"
-  if [ "$pass" = async ]; then
+  tests=("${RUNTIME_TESTS[@]}")
+  if [ "$pass" = inline ]; then
+    tests+=("${KERNEL_TESTS[@]}")
+  else
     export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
   fi
   ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" LD_PRELOAD="${PRELOAD}" \
-    PYTHONPATH="$(pwd)/${BUILD_DIR}/python" "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider \
-    "${TESTS[@]}"
+    PYTHONPATH="$(pwd)/${BUILD_DIR}/python" "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" \
+    -p no:cacheprovider "${tests[@]}"
 done

@@ -35,7 +35,7 @@ from infini_testing import (
     requires_two_devices,
     run_python,
 )
-from torch_infini import _C
+from torch_infini import _C, _build_info
 
 MiB = 1 << 20
 
@@ -726,6 +726,7 @@ _OOM_SCRIPT = """
 import json
 import torch
 import torch_infini
+from torch_infini import _build_info
 
 MiB = 1 << 20
 report = {"info": list(torch.infini.mem_get_info())}
@@ -794,6 +795,7 @@ _RETRY_SCRIPT = """
 import json
 import torch
 import torch_infini
+from torch_infini import _build_info
 
 MiB = 1 << 20
 xs = [torch.empty(12 * MiB, dtype=torch.uint8, device="infini") for _ in range(5)]
@@ -1168,6 +1170,7 @@ import gc
 import json
 import torch
 import torch_infini
+from torch_infini import _build_info
 
 def attempt(call):
     try:
@@ -1295,3 +1298,32 @@ def test_mem_get_info_per_device() -> None:
     torch.infini.empty_cache()
     if torch_infini.backend() == "host":
         assert torch.infini.mem_get_info(1) == (free1, total1)
+
+
+# ------------------------------------------------------- sanitizer poisoning
+
+
+@pytest.mark.skipif(
+    "address" not in _build_info.SANITIZE.split(","),
+    reason="an AddressSanitizer build (ci/sanitize.sh) poisons cached memory",
+)
+def test_asan_reports_a_read_past_a_tensor_into_its_segment() -> None:
+    """Under ASan, on synchronous host memory, the caching allocator poisons
+    the slack past a tensor's bytes and every free block, so reading past a
+    tensor is reported although the segment is one allocation."""
+    script = """
+import ctypes
+import torch
+import torch_infini
+from torch_infini import _build_info
+x = torch.ones(10, device="infini")
+assert len(ctypes.string_at(x.data_ptr(), 40)) == 40
+print("READ INSIDE", flush=True)
+ctypes.string_at(x.data_ptr() + 40, 8)
+print("READ PAST", flush=True)
+"""
+    proc = run_python(
+        script, env={"TORCH_INFINI_HOST_ASYNC": None, "ASAN_OPTIONS": "detect_leaks=0"}
+    )
+    assert "READ INSIDE" in proc.stdout and "READ PAST" not in proc.stdout, describe(proc)
+    assert "AddressSanitizer: use-after-poison" in proc.stderr, describe(proc)

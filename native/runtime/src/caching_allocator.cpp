@@ -19,6 +19,13 @@
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define TORCH_INFINI_ASAN 1
+#else
+#define TORCH_INFINI_ASAN 0
+#endif
+
 namespace torch_infini {
 namespace {
 
@@ -136,6 +143,40 @@ struct DeviceCache {
 };
 
 using Action = MemoryTraceEntry::Action;
+
+// Under AddressSanitizer, cached memory the CPU addresses is poisoned while
+// no tensor owns it: a free block and the rounding slack past a block's
+// requested bytes. A kernel that reads or writes past its tensor into a
+// neighbouring block of the same segment (one runtime allocation, which
+// ASan alone sees as a whole) is then reported. Only where streams are
+// synchronous: there no queued work can still touch a block when it is
+// freed (on asynchronous streams that work is legal, in stream order).
+class Poison {
+ public:
+  static bool enabled() {
+#if TORCH_INFINI_ASAN
+    static const bool on = [] {
+      const runtime::Capabilities caps = runtime::get().capabilities();
+      return caps.host_addressable && !caps.async_memcpy;
+    }();
+    return on;
+#else
+    return false;
+#endif
+  }
+
+  static void poison(const void* ptr, size_t bytes) {
+#if TORCH_INFINI_ASAN
+    if (enabled()) ASAN_POISON_MEMORY_REGION(ptr, bytes);
+#endif
+  }
+
+  static void unpoison(const void* ptr, size_t bytes) {
+#if TORCH_INFINI_ASAN
+    if (enabled()) ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
+#endif
+  }
+};
 
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -475,6 +516,8 @@ class Allocator final : public CachingDeviceAllocator {
     update(s.requested_bytes, small, static_cast<int64_t>(bytes));
     reportToProfiler(cache, block, static_cast<int64_t>(block->size));
     block->context = context;
+    Poison::unpoison(block->ptr, bytes);
+    Poison::poison(block->ptr + bytes, block->size - bytes);
     recordTrace(cache, Action::Alloc, device, block->ptr, bytes, stream,
                 contextFor(RecordContext::ALLOC) ? context : nullptr);
     return block;
@@ -546,6 +589,7 @@ class Allocator final : public CachingDeviceAllocator {
     Block* block =
         newBlock(cache, Block(device, stream, bytes, static_cast<char*>(ptr), small, head.get()));
     head->head = block;
+    Poison::poison(ptr, bytes);
     recordTrace(cache, Action::SegmentAlloc, device, ptr, bytes, stream,
                 contextFor(RecordContext::ALLOC) ? context : nullptr);
     return block;
@@ -587,6 +631,7 @@ class Allocator final : public CachingDeviceAllocator {
     recordTrace(cache, Action::FreeCompleted, block->device, block->ptr, block->requested,
                 block->stream, context);
     block->context.reset();
+    Poison::poison(block->ptr, block->size);
     update(cache.stats.active, block->small, -1);
     update(cache.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
     Block* free_prev = block->prev != nullptr && block->prev->in_pool ? block->prev : nullptr;
@@ -676,6 +721,7 @@ class Allocator final : public CachingDeviceAllocator {
         }
         // The runtime's free first: should it throw, the segment stays in
         // the pool, still counted and still reusable.
+        Poison::unpoison(block->ptr, block->size);
         rt.free(device, block->ptr);
         it = pool->erase(it);
         block->in_pool = false;

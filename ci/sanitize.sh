@@ -35,16 +35,18 @@ stage_python() {  # BUILD_DIR
   cp "$1"/native/bindings/_C*.so "$1/_build_info.py" "$1/python/torch_infini/"
 }
 
-configure_and_build() {  # BUILD_DIR SANITIZERS
-  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_INFINI_SANITIZE="$2" \
-    -DPython_EXECUTABLE="$(command -v "$PYTHON")"
-  cmake --build "$1" -j "${JOBS}"
+configure_and_build() {  # BUILD_DIR SANITIZERS [CMAKE_ARGS...]
+  local build="$1" sanitizers="$2"
+  shift 2
+  cmake -S . -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTORCH_INFINI_SANITIZE="${sanitizers}" \
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")" "$@"
+  cmake --build "${build}" -j "${JOBS}"
 }
 
 if [ "$MODE" = "--thread" ]; then
   BUILD_DIR="${BUILD_DIR:-build/tsan}"
   echo "== TSan: configure, build (${BUILD_DIR})"
-  configure_and_build "${BUILD_DIR}" thread
+  configure_and_build "${BUILD_DIR}" thread -DTORCH_INFINI_BUILD_PYTHON=ON
   # A report makes the process exit with 66 at its end (tests pass or not).
   export TSAN_OPTIONS="second_deadlock_stack=1 suppressions=${SUPP}/tsan.supp"
   export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
@@ -67,7 +69,10 @@ fi
 
 BUILD_DIR="${BUILD_DIR:-build/asan}"
 echo "== ASan + UBSan: configure, build (${BUILD_DIR})"
-configure_and_build "${BUILD_DIR}" address,undefined
+# ctest alone needs no Python module (CI: a shorter build).
+PYTHON_MODULE=ON
+[ "$MODE" = "--ctest" ] && PYTHON_MODULE=OFF
+configure_and_build "${BUILD_DIR}" address,undefined -DTORCH_INFINI_BUILD_PYTHON="${PYTHON_MODULE}"
 export ASAN_OPTIONS="detect_leaks=1 halt_on_error=1 strict_init_order=1 check_initialization_order=1"
 export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 suppressions=${SUPP}/ubsan.supp"

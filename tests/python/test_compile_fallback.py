@@ -41,6 +41,12 @@ def inductor_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     torch._dynamo.reset()
     yield calls
     torch._dynamo.reset()
+    # Inductor registers out-of-tree devices once per process (a cached
+    # function): one that ran under the "cannot serve" answer above left
+    # infini unregistered, which later compiles in this process would keep.
+    from torch._inductor.codegen import common
+
+    common.init_backend_registration.cache_clear()
 
 
 def mlp() -> torch.nn.Module:

@@ -57,6 +57,18 @@ def backend() -> str:
     return _C._backend()
 
 
+def host_addressable() -> bool:
+    """Whether the selected backend's device memory is host memory (the CPU
+    reads and writes it through plain pointers: ``host``, InfiniRT ``cpu``).
+
+    Initializes the runtime if nothing has used it yet.
+    """
+    from . import _C
+
+    _C._init()
+    return bool(_C._capabilities()["host_addressable"])
+
+
 def set_backend(name: str) -> None:
     """Selects a backend before the runtime is initialized.
 

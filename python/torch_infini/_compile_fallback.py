@@ -27,10 +27,9 @@ _warned = False
 
 def inductor_serves_infini() -> bool:
     """Whether Inductor's C++ code generation can run on infini memory."""
-    from . import _C
+    from . import _backend
 
-    _C._init()
-    return bool(_C._capabilities()["host_addressable"])
+    return _backend.host_addressable()
 
 
 def _is_infini(value: Any) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, _backend
 
 BACKEND_NAME = "infini"
 
@@ -48,14 +48,9 @@ def engine() -> str:
     """The collective library a new ``"infini"`` group uses on this backend:
     ``"infiniccl"`` (with gloo for what it does not serve) where this build
     has InfiniCCL and device memory is not host memory, else ``"gloo"``."""
-    if _C._dist_has_infiniccl() and not _capabilities()["host_addressable"]:
+    if _C._dist_has_infiniccl() and not _backend.host_addressable():
         return "infiniccl"
     return "gloo"
-
-
-def _capabilities() -> dict[str, bool]:
-    _C._init()
-    return _C._capabilities()
 
 
 def _create_backend(

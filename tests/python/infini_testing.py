@@ -233,3 +233,14 @@ def configure_cmake_probe(
         timeout=120,
         check=False,
     )
+
+
+def build_cmake_probe(project: Path) -> subprocess.CompletedProcess[str]:
+    """Builds a probe configured by ``configure_cmake_probe(project, ...)``."""
+    return subprocess.run(
+        [shutil.which("cmake") or "cmake", "--build", str(project.parent / "build")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

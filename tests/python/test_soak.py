@@ -89,29 +89,26 @@ class Worker:
         n = self.rng.choice([1, 7, 64, 1000, 4096, 70_000])
         return torch.randn(n, generator=self.gen)
 
-    def device(self, stream: torch.infini.Stream) -> torch.device:
-        return stream.device
-
     # ---------------------------------------------------------- operations
     def alloc_fill(self, s: torch.infini.Stream) -> None:
         value = float(self.rng.randint(-5, 5))
         n = self.rng.choice([0, 1, 513, 1 << 16, 1 << 20])
-        t = torch.empty(n, device=self.device(s)).fill_(value)
+        t = torch.empty(n, device=s.device).fill_(value)
         self.pending.append(Pending(t, torch.full((n,), value)))
 
     def copy_pageable(self, s: torch.infini.Stream) -> None:
         x = self.cpu_tensor()
-        self.pending.append(Pending(x.to(self.device(s), non_blocking=self.rng.random() < 0.5), x))
+        self.pending.append(Pending(x.to(s.device, non_blocking=self.rng.random() < 0.5), x))
 
     def copy_pinned(self, s: torch.infini.Stream) -> None:
         x = self.cpu_tensor()
         pinned = x.pin_memory()
-        d = pinned.to(self.device(s), non_blocking=True)
+        d = pinned.to(s.device, non_blocking=True)
         self.pending.append(Pending(d, x, keep=[pinned]))
 
     def copy_to_host_pinned(self, s: torch.infini.Stream) -> None:
         x = self.cpu_tensor()
-        d = x.to(self.device(s))
+        d = x.to(s.device)
         out = torch.empty_like(x).pin_memory()
         out.copy_(d, non_blocking=True)
         event = torch.infini.Event()
@@ -122,16 +119,16 @@ class Worker:
 
     def copy_between_devices(self, s: torch.infini.Stream) -> None:
         x = self.cpu_tensor()
-        src = x.to(self.device(s))
-        other = torch.device("infini", 1 - self.device(s).index)
+        src = x.to(s.device)
+        other = torch.device("infini", 1 - s.device.index)
         dst = src.to(other, non_blocking=self.rng.random() < 0.5)
         # A copy between devices is ordered on both devices' current streams.
         self.pending.append(Pending(dst, x, stream=torch.infini.current_stream(other)))
 
     def native_elementwise(self, s: torch.infini.Stream) -> None:
-        a, b = self.cpu_tensor(), None
+        a = self.cpu_tensor()
         b = torch.randn(a.shape, generator=self.gen)
-        da, db = a.to(self.device(s)), b.to(self.device(s))
+        da, db = a.to(s.device), b.to(s.device)
         op = self.rng.choice(["add", "mul", "relu", "sub_", "silu"])
         if op == "add":
             got, want = da + db * 2, a + b * 2
@@ -149,13 +146,13 @@ class Worker:
         m, k, n = (self.rng.choice([1, 8, 33, 64]) for _ in range(3))
         a = torch.randn(m, k, generator=self.gen)
         b = torch.randn(k, n, generator=self.gen)
-        got = a.to(self.device(s)) @ b.to(self.device(s))
+        got = a.to(s.device) @ b.to(s.device)
         self.pending.append(Pending(got, a @ b, exact=False))
 
     def fallback_op(self, s: torch.infini.Stream) -> None:
         a = self.cpu_tensor()
         b = torch.randn(a.shape, generator=self.gen)
-        da, db = a.to(self.device(s)), b.to(self.device(s))
+        da, db = a.to(s.device), b.to(s.device)
         if self.rng.random() < 0.5:
             self.pending.append(Pending(torch.atan2(da, db), torch.atan2(a, b)))
         else:

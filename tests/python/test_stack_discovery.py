@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from infini_testing import configure_cmake_probe
+from infini_testing import build_cmake_probe, configure_cmake_probe
 
 REPO = Path(__file__).resolve().parents[2]
 PINNED = ["Cpu", "Nvidia", "Cambricon", "Ascend", "Metax", "Moore", "Iluvatar", "Hygon"]
@@ -182,13 +182,7 @@ def test_a_cuda_infiniops_carries_its_libraries_to_executables(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     needs = next(line for line in result.stdout.splitlines() if "needs: " in line)
     assert sorted(needs.split("needs: ")[1].split(";")) == ["CUDA::cublas", "CUDA::cudart"]
-    built = subprocess.run(
-        [shutil.which("cmake") or "cmake", "--build", str(tmp_path / "build")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    built = build_cmake_probe(tmp_path / "project")
     # Before FindInfiniOps carried them: "libcublas.so.13, needed by
     # libinfiniops.so, not found", then undefined cublasCreate_v2.
     assert built.returncode == 0, built.stdout + built.stderr
@@ -240,13 +234,7 @@ def test_an_nccl_infiniccl_carries_nccl_to_executables(tmp_path: Path) -> None:
     result, _ = _configure_infiniccl(tmp_path, f"-DNCCL_LIBRARY={nccl / 'libnccl.so.2'}")
     assert result.returncode == 0, result.stderr
     assert f"needs: {nccl / 'libnccl.so.2'}" in result.stdout
-    built = subprocess.run(
-        [shutil.which("cmake") or "cmake", "--build", str(tmp_path / "build")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    built = build_cmake_probe(tmp_path / "project")
     # Without the dependency: "libnccl.so.2, needed by libinfiniccl.so, not found".
     assert built.returncode == 0, built.stdout + built.stderr
 

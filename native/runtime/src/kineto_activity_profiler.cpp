@@ -20,7 +20,6 @@
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>

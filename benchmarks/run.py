@@ -1,6 +1,6 @@
 """torch-infini benchmarks: `infini` against plain PyTorch CPU, in one process.
 
-    python benchmarks/run.py [--json build/benchmarks.json] [--rounds 7] [--quick]
+    python benchmarks/run.py [--json build/benchmarks.json] [--rounds 7] [--quick] [--only TEXT]
 
 Every case runs the same work on CPU tensors and on `infini` tensors,
 interleaved round by round, and reports the ratio infini/CPU of the time per
@@ -634,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per case")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads on both sides")
+    parser.add_argument(
+        "--only", action="append", help="run the cases whose name contains TEXT (repeatable)"
+    )
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -647,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = []
     for case in all_cases(scale):
+        if args.only and not any(text in case.name for text in args.only):
+            continue
         results.append(run_case(case, rounds))
         print(render(results[-1:]).splitlines()[-1], flush=True)
     print()

@@ -83,7 +83,8 @@ SERVING = {
     "fallback": "no infini kernel: the CPU's kernel runs in the CPU fallback",
     "fallback (routed)": (
         "registered to run the CPU's kernel whole in the CPU fallback, where PyTorch would "
-        "otherwise decompose it on infini"
+        "otherwise decompose it on infini (or, for a structured operator's functional and "
+        "in-place forms, run its meta function before the CPU's .out kernel runs its own)"
     ),
     "composite": "PyTorch's composite runs on infini and reaches the operators it calls",
     "refused: random": (

@@ -426,7 +426,7 @@ def test_allow_and_deny_lists() -> None:
         torch.exp(a)
     assert fallback.denied_operators() == ["aten::exp"]
     fallback.deny([])
-    fallback.allow(["aten::exp.out"])
+    fallback.allow(["aten::exp"])
     with fallback.strict():
         assert_bitwise_equal(torch.exp(a), torch.exp(torch.ones(3)))
         with raises_exactly(NotImplementedError, match="aten::log"):
@@ -443,12 +443,12 @@ def test_stats_count_calls_time_and_bytes() -> None:
     assert rest == [] and "exp" in name
     assert s.calls == 3 and s.seconds > 0
     if _host_addressable():
-        # exp runs as exp.out into infini memory allocated first: the CPU
-        # kernel reads and writes device memory in place
+        # the CPU's exp reads device memory in place and allocates its
+        # result in device memory, which the infini result takes over
         assert s.bytes_copied == 0
     else:
-        # input and out tensor staged to the CPU, the out tensor back: 12 kB a call
-        assert s.bytes_copied == 3 * 3 * 1000 * 4
+        # the input staged to the CPU, the result back: 8 kB a call
+        assert s.bytes_copied == 3 * 2 * 1000 * 4
     assert "exp" in fallback.summary()
     fallback.reset_stats()
     assert fallback.stats() == {}
@@ -462,19 +462,20 @@ def _host_addressable() -> bool:
 
 @pytest.mark.skipif(not _host_addressable(), reason="device memory is not host memory")
 def test_in_place_where_memory_is_host_memory() -> None:
-    """Inputs are read where they are; only results the CPU kernel allocates
-    itself are copied, once; an out= argument that must grow is copied."""
+    """Inputs are read where they are; results the CPU kernel allocates are
+    allocated in device memory; only an out= argument that must grow is
+    copied."""
     x_cpu, x = _pair((100,))
-    torch.atan2(x, x)  # structured: atan2.out into infini memory allocated first
-    torch.exp_(x[::2])  # in place on a view (exp.out into the view)
-    x.view(10, 10).max(dim=1)  # max.dim_max into infini outputs allocated first
+    torch.atan2(x, x)  # structured: the CPU's functional atan2
+    torch.exp_(x[::2])  # in place on a view
+    x.view(10, 10).max(dim=1)  # two results
     x_cpu[::2].exp_()
     assert_bitwise_equal(x, x_cpu)
-    indices = torch.nonzero(x > 0)  # the CPU kernel allocates its result
+    indices = torch.nonzero(x > 0)  # the CPU kernel resizes its result as it goes
     assert_bitwise_equal(indices, torch.nonzero(x_cpu > 0))
     copied = {name: s.bytes_copied for name, s in fallback.stats().items()}
-    assert copied["aten::nonzero"] == indices.numel() * 8
-    assert all(n == 0 for name, n in copied.items() if name != "aten::nonzero"), copied
+    assert {"aten::atan2", "aten::exp_", "aten::max.dim", "aten::nonzero"} <= set(copied)
+    assert all(n == 0 for n in copied.values()), copied
     fallback.reset_stats()
     out = torch.empty(0, device=DEVICE)
     # out= must grow: staged instead (x once: both arguments are one storage;

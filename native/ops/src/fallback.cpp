@@ -358,6 +358,14 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    elementwise iterator over that (reduced) result: it resizes it and
 //    warns "An output with one or more elements was resized". The CPU's
 //    functional kernel runs instead. (Found by running every OpInfo.)
+// 4. The functional and in-place forms of structured operators (atan2,
+//    atan2_, ...), which other backends get as "meta function, allocate,
+//    call .out": the CPU's own functional or in-place kernel runs instead,
+//    so the output geometry is computed once, not twice. Where device
+//    memory is host memory the CPU kernel allocates the result in device
+//    memory itself (host_fallback.cpp); elsewhere nothing is staged for an
+//    output before the kernel runs. Calls with CPU tensor arguments (whose
+//    device errors the meta function raises) take the default path.
 namespace {
 
 constexpr const char* kConvolutions[] = {"aten::convolution", "aten::_convolution",
@@ -367,6 +375,17 @@ constexpr const char* kResizingOutLosses[] = {"aten::mse_loss", "aten::smooth_l1
 bool hasInfiniKernel(const std::string& name) {
   for (const OperatorEntry& entry : bridgeOperators())
     if (entry.name == name) return true;
+  return false;
+}
+
+// Whether some overload of `base` ("aten::add") has an infini kernel.
+bool hasInfiniKernelForAnyOverload(const std::string& base) {
+  for (const OperatorEntry& entry : bridgeOperators()) {
+    const std::string name = entry.name;
+    if (name.compare(0, base.size(), base) == 0 &&
+        (name.size() == base.size() || name[base.size()] == '.'))
+      return true;
+  }
   return false;
 }
 
@@ -380,6 +399,59 @@ bool cpuKernelIsBypassed(const c10::OperatorHandle& op) {
       op.hasKernelForDispatchKey(DispatchKey::Autograd);
   return (explicit_composite || implicit_with_formula) && !isView(op.schema()) &&
          !op.hasTag(at::Tag::nondeterministic_seeded);
+}
+
+const std::vector<std::string>& routedOperators();
+
+// Category 4: a structured operator's functional or in-place form (the
+// default backends' kernel for it is CompositeExplicitAutogradNonFunctional)
+// of which no overload has an infini kernel: those served natively keep
+// their meta + .out path.
+bool isStructuredForm(const c10::OperatorHandle& op) {
+  using c10::DispatchKey;
+  return op.hasSchema() && op.hasKernelForDispatchKey(DispatchKey::CPU) &&
+         op.hasKernelForDispatchKey(DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+         !isView(op.schema()) && !op.hasTag(at::Tag::nondeterministic_seeded) &&
+         !cpuKernelIsBypassed(op) &&  // routed already (category 1)
+         !hasInfiniKernelForAnyOverload(op.schema().operator_name().name);
+}
+
+const std::vector<std::string>& structuredForms() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> found;
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
+      if (op_name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(op_name);
+      if (!op.has_value() || !isStructuredForm(*op)) continue;
+      std::string name = qualifiedName(*op);
+      if (!std::binary_search(routedOperators().begin(), routedOperators().end(), name))
+        found.push_back(std::move(name));
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  }();
+  return names;
+}
+
+// Every tensor argument is an infini tensor (none on the CPU, not even a
+// 0-dim one): the direct CPU kernel sees what the meta function would.
+bool onlyInfiniTensors(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  bool only = true;
+  for (size_t i = stack.size() - schema.arguments().size(); i < stack.size() && only; ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.device().type() != c10::DeviceType::PrivateUse1) only = false;
+    });
+  }
+  return only;
+}
+
+void structuredFormFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (onlyInfiniTensors(op.schema(), *stack)) {
+    runOnCpu(op, stack, std::string());
+    return;
+  }
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *stack);
 }
 
 const std::vector<std::string>& routedOperators() {
@@ -410,8 +482,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl(name.substr(std::strlen("aten::")).c_str(),
            torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
   }
+  for (const std::string& name : structuredForms()) {
+    m.impl(name.substr(std::strlen("aten::")).c_str(),
+           torch::CppFunction::makeFromBoxedFunction<&structuredFormFallback>());
+  }
 }
 
-std::vector<std::string> fallbackRoutedOperators() { return routedOperators(); }
+std::vector<std::string> fallbackRoutedOperators() {
+  std::vector<std::string> names = routedOperators();
+  names.insert(names.end(), structuredForms().begin(), structuredForms().end());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 }  // namespace torch_infini::ops

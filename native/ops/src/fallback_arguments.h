@@ -129,10 +129,13 @@ void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack
     if (mutated_arguments[r] >= 0) {
       value = original[static_cast<size_t>(mutated_arguments[r])];
     } else if (value.isTensor()) {
-      value = to_infini(value.toTensor());
+      // Moved out, so the CPU result is held only where the kernel left it.
+      value = to_infini(std::move(value).toTensor());
     } else if (value.isTensorList()) {
+      c10::List<at::Tensor> cpu = std::move(value).toTensorList();
       c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(to_infini(t));
+      list.reserve(cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) list.push_back(to_infini(cpu.extract(i)));
       value = list;
     }
   }
@@ -142,6 +145,13 @@ void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack
 inline bool writes(const c10::FunctionSchema& schema, size_t index) {
   const c10::AliasInfo* info = schema.arguments()[index].alias_info();
   return info != nullptr && info->isWrite();
+}
+
+// Whether the call writes any argument (in-place, out=): not functional.
+inline bool writesAny(const c10::FunctionSchema& schema) {
+  for (size_t i = 0; i < schema.arguments().size(); ++i)
+    if (writes(schema, i)) return true;
+  return false;
 }
 
 }  // namespace torch_infini::ops

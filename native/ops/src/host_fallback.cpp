@@ -1,8 +1,10 @@
 // The CPU fallback where device memory is host memory (capability
 // host_addressable: `host`, InfiniRT `cpu`): the CPU kernel runs on the
 // infini tensors' own memory, through CPU tensors that alias it. Inputs are
-// not copied; in-place and out= arguments are written where they are; only
-// results the CPU kernel allocates itself are copied to the device, once.
+// not copied; in-place and out= arguments are written where they are. A
+// functional call's CPU kernel allocates its results in device memory
+// (cpu_allocation_redirect.h), which the infini results then own: no copy.
+// Only a result something else still holds is copied to the device, once.
 // Aliasing between arguments is kept (one CPU storage per infini storage), so
 // the CPU kernel's own overlap checks see what they would see on the CPU.
 #include "host_fallback.h"
@@ -13,14 +15,25 @@
 #include <c10/util/SmallVector.h>
 
 #include <optional>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
 #include "bridge.h"
 #include "fallback_arguments.h"
+#include "torch_infini/runtime/allocator.h"
+#include "torch_infini/runtime/cpu_allocation_redirect.h"
 
 namespace torch_infini::ops {
 namespace {
+
+// Whether one TensorImpl alone holds `storage` (no other strong or weak
+// reference).
+bool heldOnce(const c10::StorageImpl* storage) {
+  auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
+      const_cast<c10::StorageImpl*>(storage));
+  return strong.use_count() == 2 && strong.weak_use_count() == 1;  // ours is the second
+}
 
 // Per thread, the CPU tensors the fallback made as aliases, reused from call
 // to call: a TensorImpl and a StorageImpl for every argument are most of a
@@ -36,17 +49,17 @@ class AliasPool {
       if (pooled.use_count() != 1 || pooled.weak_use_count() != 1) continue;
       c10::TensorImpl* impl = pooled.unsafeGetTensorImpl();
       if (!storage) {
-        if (!soleOwner(impl->storage())) continue;
+        if (!heldOnce(impl->storage().unsafeGetStorageImpl())) continue;
         c10::StorageImpl* own = impl->storage().unsafeGetStorageImpl();
         own->set_data_ptr_noswap(c10::DataPtr(data, c10::Device(c10::kCPU)));
         own->set_nbytes(nbytes);
         storage = impl->storage();
-        impl->set_storage_and_dtype(storage, dtype);
+        if (impl->dtype() != dtype) impl->set_storage_and_dtype(storage, dtype);
       } else {
         impl->set_storage_and_dtype(storage, dtype);
       }
-      impl->_set_conj(false);
-      impl->_set_neg(false);
+      if (impl->is_conj()) impl->_set_conj(false);
+      if (impl->is_neg()) impl->_set_neg(false);
       return pooled;
     }
     if (!storage) {
@@ -62,13 +75,6 @@ class AliasPool {
 
  private:
   static constexpr size_t kMaxPooled = 16;
-
-  // Only the pooled tensor's own reference (the caller's copy is the second).
-  static bool soleOwner(const c10::Storage& storage) {
-    auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
-        storage.unsafeGetStorageImpl());
-    return strong.use_count() == 2 && strong.weak_use_count() == 1;
-  }
 
   std::vector<at::Tensor> tensors_;
 };
@@ -93,7 +99,12 @@ class Aliaser {
       entry->infini = t;
     }
     at::Tensor alias = alias_pool.take(entry->cpu, impl->mutable_data(), impl->nbytes(), t.dtype());
-    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    // A pooled alias often has the geometry already (the same call again).
+    if (alias.storage_offset() != t.storage_offset() || !alias.sizes().equals(t.sizes()) ||
+        !alias.strides().equals(t.strides())) {
+      alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
+                                                         t.storage_offset());
+    }
     if (t.is_conj()) alias._set_conj(true);
     if (t.is_neg()) alias._set_neg(true);
     return alias;
@@ -102,8 +113,9 @@ class Aliaser {
   void noteDevice(c10::Device device) { device_.note(device); }
 
   // A result of the CPU kernel as an infini tensor: memory it shares with an
-  // argument stays that memory; memory the kernel allocated is copied once.
-  at::Tensor toInfini(const at::Tensor& t, int64_t* bytes_copied) {
+  // argument stays that memory; device memory the kernel allocated becomes
+  // the result's; other memory is copied once.
+  at::Tensor toInfini(at::Tensor t, int64_t* bytes_copied) {
     if (!t.defined() || !device_.get()) return t;
     requireStrided(t);
     for (const Entry& entry : storages_) {
@@ -111,6 +123,7 @@ class Aliaser {
         return entry.infini.as_strided(t.sizes(), t.strides(), t.storage_offset());
       }
     }
+    if (at::Tensor adopted = adopt(t); adopted.defined()) return adopted;
     *bytes_copied += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
     return t.to(*device_.get());
   }
@@ -118,6 +131,51 @@ class Aliaser {
   const std::optional<c10::Device>& device() const { return device_.get(); }
 
  private:
+  // `t` as an infini tensor over the same memory, when the CPU kernel
+  // allocated it in device memory and nothing but `t` holds it (a kernel
+  // that kept a reference would see its memory change device); else
+  // undefined. The device block moves to an infini storage whole, as if
+  // at::empty had made it.
+  at::Tensor adopt(at::Tensor& t) const {
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    c10::StorageImpl* cpu = impl->storage().unsafeGetStorageImpl();
+    if (t.use_count() != 1 || t.weak_use_count() != 1 || !heldOnce(cpu) ||
+        !isRedirectedAllocation(cpu->data_ptr())) {
+      return {};
+    }
+    const c10::Device device = *device_.get();
+    const size_t nbytes = cpu->nbytes();
+    c10::DataPtr data =
+        takeDeviceAllocation(cpu->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))));
+    cpu->set_nbytes(0);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data),
+                         deviceAllocator(), /*resizable=*/true);
+    if (isPlainCpuTensor(*impl)) {
+      // Nothing else knows this TensorImpl yet: it becomes the infini tensor
+      // (backend keys and storage), as a fresh one would be made.
+      impl->set_storage_keep_dtype(std::move(storage));
+      impl->_change_backend_component_keys(device);
+      return std::move(t);
+    }
+    at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (t.is_conj()) out._set_conj(true);
+    if (t.is_neg()) out._set_neg(true);
+    return out;
+  }
+
+  // A TensorImpl as at::empty makes it on the CPU: the CPU backend and only
+  // the autograd and autocast keys PyTorch adds to every tensor (none of
+  // conjugate, negative, Python, ...), of the plain TensorImpl class.
+  static bool isPlainCpuTensor(const c10::TensorImpl& impl) {
+    const c10::DispatchKeySet keys =
+        impl.key_set() - c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) -
+        c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
+    return keys == c10::DispatchKeySet(c10::DispatchKey::CPU) &&
+           typeid(impl) == typeid(c10::TensorImpl);
+  }
+
   struct Entry {
     c10::StorageImpl* impl = nullptr;  // the infini storage
     c10::Storage cpu;                  // the CPU storage over the same memory
@@ -139,7 +197,11 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t begin = stack->size() - num_args;
-  const Arguments original = argumentsOf(*stack, begin);
+  // What a call that writes arguments (in-place, out=) needs of them after
+  // the CPU kernel ran; a functional call needs none (every argument is
+  // kept alive by the aliaser).
+  const bool functional = !writesAny(schema);
+  const Arguments original = functional ? Arguments() : argumentsOf(*stack, begin);
   Aliaser aliaser;
   argumentsToCpu(
       stack, begin, [&](const at::Tensor& t) { return aliaser.toCpu(t); },
@@ -148,14 +210,18 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // CPU kernel may give them a new shape within their memory (an out= of 0
   // elements resized to (1, 0, 3)), which the infini tensor must take too.
   c10::SmallVector<std::pair<size_t, at::Tensor>, 4> mutable_aliases;
-  for (size_t i = 0; i < num_args; ++i) {
+  for (size_t i = 0; i < num_args && !functional; ++i) {
     if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor()))
       mutable_aliases.emplace_back(i, (*stack)[begin + i].toTensor());
   }
+  // A functional call's CPU kernel allocates its results in device memory
+  // (on the current stream), which the infini results then take over.
+  std::optional<RedirectCpuAllocations> redirect;
   if (aliaser.device()) {
     // The CPU reads and writes the memory now: the stream's pending work first.
     const int device = aliaser.device()->index();
     runtime::get().synchronizeStream(currentNativeStreamUnchecked(device));
+    if (functional) redirect.emplace(device, currentStreamIdUnchecked(device));
   }
   // Every infini argument is a CPU alias now, so the call cannot come back
   // here; should an argument kind be missed, refuse instead of recursing.
@@ -189,7 +255,7 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
   returnsToInfini(schema, stack, original,
-                  [&](const at::Tensor& t) { return aliaser.toInfini(t, bytes_copied); });
+                  [&](at::Tensor t) { return aliaser.toInfini(std::move(t), bytes_copied); });
   return true;
 }
 

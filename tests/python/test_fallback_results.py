@@ -1,0 +1,246 @@
+"""Where the CPU fallback's results live, and the structured operators'
+direct route.
+
+Where device memory is host memory, a functional fallback call's CPU kernel
+allocates its results in device memory (PyTorch's CPU allocator redirected
+for that thread, for that call), and the infini results own that memory as
+if at::empty had made it: counted by the caching allocator, freed to its
+cache, ordered on the current stream. The functional and in-place forms of
+structured operators (atan2, atan2_, ...) run the CPU's own kernel directly
+instead of a meta function, an allocation and .out. CPU results are the
+oracle, bit for bit.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_infini
+from infini_testing import assert_bitwise_equal, make_cpu, raises_exactly
+
+fallback = torch_infini.cpu_fallback
+DEVICE = torch.device("infini", 0)
+HOST_ADDRESSABLE = bool(torch_infini._C._capabilities()["host_addressable"])
+
+in_device_memory = pytest.mark.skipif(
+    not HOST_ADDRESSABLE, reason="device memory is not host memory (results are staged)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _silent_and_counted() -> Iterator[None]:
+    gc.collect()  # earlier tests' tensors must not be freed while one counts memory
+    fallback.reset_stats()
+    with fallback.allowed("silent"):
+        yield
+
+
+def _pair(shape: tuple[int, ...], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    cpu = make_cpu(shape, torch.float32, seed)
+    return cpu, cpu.to(DEVICE)
+
+
+def _copied() -> dict[str, int]:
+    return {name: s.bytes_copied for name, s in fallback.stats().items()}
+
+
+# ------------------------------------------------ the structured direct route
+
+
+def test_structured_forms_are_routed_and_native_ones_are_not() -> None:
+    routed = set(fallback.routed_operators())
+    assert {"aten::atan2", "aten::atan2_", "aten::hypot", "aten::lerp.Scalar"} <= routed
+    # operators with an infini kernel (any overload) keep their native path
+    natives = {info.name for info in torch_infini.operators()}
+    assert "aten::add.Tensor" in natives
+    assert not {"aten::add.Tensor", "aten::add_.Tensor", "aten::mul.Tensor", "aten::relu"} & routed
+
+
+def test_functional_and_in_place_forms_match_the_cpu() -> None:
+    (a, ai), (b, bi) = _pair((4, 6)), _pair((4, 6), seed=1)
+    assert_bitwise_equal(torch.atan2(ai, bi), torch.atan2(a, b))
+    assert_bitwise_equal(torch.lerp(ai, bi, 0.3), torch.lerp(a, b, 0.3))
+    view, view_cpu = ai[:, ::2], a[:, ::2]
+    version = ai._version
+    view.atan2_(bi[:, 1::2])
+    view_cpu.atan2_(b[:, 1::2])
+    assert ai._version == version + 1
+    assert_bitwise_equal(ai, a)
+    assert {"aten::atan2", "aten::lerp.Scalar", "aten::atan2_"} <= set(fallback.stats())
+
+
+def test_a_cpu_tensor_argument_raises_the_device_error_as_before() -> None:
+    ai, b = _pair((5,))[1], make_cpu((5,), torch.float32, 1)
+    with raises_exactly(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.atan2(ai, b)
+    # a 0-dim CPU tensor is a scalar operand, as for CUDA
+    a = ai.cpu()
+    assert_bitwise_equal(torch.atan2(ai, torch.tensor(0.5)), torch.atan2(a, torch.tensor(0.5)))
+
+
+def test_autograd_through_a_structured_form() -> None:
+    (a, ai), (b, bi) = _pair((7,)), _pair((7,), seed=1)
+    a.requires_grad_()
+    ai.requires_grad_()
+    torch.atan2(a, b).pow(2).sum().backward()
+    torch.atan2(ai, bi).pow(2).sum().backward()
+    assert_bitwise_equal(ai.grad, a.grad)
+
+
+def test_off_mode_names_the_functional_operator() -> None:
+    ai = _pair((3,))[1]
+    with fallback.strict():
+        with raises_exactly(NotImplementedError, match="'aten::atan2' has no infini kernel"):
+            torch.atan2(ai, ai)
+
+
+# ---------------------------------------------- results in device memory
+
+
+@in_device_memory
+def test_results_are_device_allocations_counted_and_freed() -> None:
+    torch.infini.synchronize()
+    base = torch.infini.memory_allocated()
+    (a, ai), (b, bi) = _pair((256,)), _pair((256,), seed=1)
+    inputs = torch.infini.memory_allocated() - base
+    result = torch.atan2(ai, bi)
+    assert result.device == DEVICE and result.untyped_storage().nbytes() == 256 * 4
+    assert torch.infini.memory_allocated() - base == inputs + 1024  # a 512-byte multiple
+    # in the allocator's snapshot: an active block of its own, as at::empty's
+    (block,) = [
+        blk
+        for seg in torch.infini.memory_snapshot()
+        for blk in seg["blocks"]
+        if blk["address"] == result.data_ptr()
+    ]
+    assert block["state"] == "active_allocated" and block["size"] == 1024
+    del result
+    assert torch.infini.memory_allocated() - base == inputs
+    assert _copied() == {"aten::atan2": 0}
+    assert_bitwise_equal(torch.atan2(ai, bi), torch.atan2(a, b))
+
+
+@in_device_memory
+def test_results_of_every_shape_and_kind_are_not_copied() -> None:
+    x_cpu, x = _pair((6, 5))
+    eye_cpu = 5 * torch.eye(5)
+    eye = eye_cpu.to(DEVICE)
+    cases = [
+        lambda t: torch.nonzero(t > 0),  # resized as it is filled
+        lambda t: t.sort(dim=1),  # two results
+        lambda t: torch.cummax(t, 0),
+        lambda t: t.t().contiguous().cumsum(0),
+        lambda t: torch.unique(t.round(), return_counts=True),
+        lambda t: torch.linalg.inv(t[:5] + (eye if t.device == DEVICE else eye_cpu)),
+        lambda t: t[:0].atan(),  # empty
+        lambda t: torch.atan2(t.sum(), t.mean()),  # 0-dim
+    ]
+    for run in cases:
+        got, want = run(x), run(x_cpu)
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want, strict=True):
+            assert g.device == DEVICE
+            assert_bitwise_equal(g, w)
+    assert all(n == 0 for n in _copied().values()), _copied()
+
+
+@in_device_memory
+def test_raw_cpu_allocations_inside_a_kernel_are_served() -> None:
+    """oneDNN takes scratch memory with raw_allocate() and frees it with
+    raw_deleter(): inside a fallback call that memory is device memory, and
+    returns to the device cache."""
+    x, w = make_cpu((2, 3, 9, 9), torch.float32), make_cpu((4, 3, 3, 3), torch.float32, 1)
+    torch.infini.synchronize()
+    base = torch.infini.memory_allocated()
+    xi, wi = x.to(DEVICE), w.to(DEVICE)
+    inputs = torch.infini.memory_allocated() - base
+    y = F.conv2d(xi, wi)
+    assert_bitwise_equal(y, F.conv2d(x, w))
+    del y
+    assert torch.infini.memory_allocated() - base == inputs
+
+
+@in_device_memory
+def test_cpu_tensors_elsewhere_use_cpu_memory() -> None:
+    """The redirect is per thread and per call: CPU work outside a fallback
+    call (here and on another thread meanwhile) never takes device memory."""
+    ai = _pair((1000,))[1]
+    stop = threading.Event()
+    allocated: list[int] = []
+
+    def cpu_work() -> None:
+        while not stop.is_set():
+            t = torch.randn(4096)
+            allocated.append(t.untyped_storage().nbytes())
+
+    thread = threading.Thread(target=cpu_work)
+    thread.start()
+    try:
+        torch.infini.synchronize()
+        base = torch.infini.memory_allocated()
+        for _ in range(200):
+            torch.atan2(ai, ai)
+            cpu = torch.empty(1 << 16)
+            assert torch.infini.memory_allocated() == base
+            del cpu
+    finally:
+        stop.set()
+        thread.join()
+    assert allocated
+
+
+@in_device_memory
+def test_threads_running_fallback_calls_share_the_cache_correctly() -> None:
+    inputs = [_pair((333,), seed=s) for s in range(4)]
+    torch.infini.synchronize()
+    base = torch.infini.memory_allocated()
+    errors: list[BaseException] = []
+
+    def work(cpu: torch.Tensor, dev: torch.Tensor) -> None:
+        try:
+            for _ in range(50):
+                assert_bitwise_equal(torch.hypot(dev, dev), torch.hypot(cpu, cpu))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=pair) for pair in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    torch.infini.synchronize()
+    assert torch.infini.memory_allocated() == base
+    assert fallback.stats()["aten::hypot"].calls == 200
+
+
+@in_device_memory
+def test_result_belongs_to_the_current_stream() -> None:
+    """The result's block is the current stream's, as at::empty's would be:
+    freed, it is reused on that stream and not on another."""
+    (a, ai) = _pair((4096,))
+    side = torch.infini.Stream()
+    with torch.infini.stream(side):
+        r = torch.atan2(ai, ai)
+    assert_bitwise_equal(r, torch.atan2(a, a))
+    ptr = r.data_ptr()
+    del r
+    on_default = torch.empty(4096, device=DEVICE)
+    assert on_default.data_ptr() != ptr
+    with torch.infini.stream(side):
+        again = torch.empty(4096, device=DEVICE)
+    assert again.data_ptr() == ptr
+
+
+def test_inference_mode_results_are_inference_tensors() -> None:
+    (a, ai) = _pair((3,))
+    with torch.inference_mode():
+        r = torch.atan2(ai, ai)
+    assert r.is_inference() and r.device == DEVICE
+    assert_bitwise_equal(r, torch.atan2(a, a))

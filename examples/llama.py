@@ -199,9 +199,10 @@ def train(
 
 
 @torch.no_grad()
+@torch.no_grad()
 def generate(model: Llama, prompt: torch.Tensor, new_tokens: int) -> tuple[list[int], list[float]]:
     """Greedy decoding with the KV cache; the margin between the top two
-    logits of each step is returned too."""
+    logits of each step is returned too. No autograd graph is recorded."""
     model.eval()
     caches: list[list[torch.Tensor]] = [[] for _ in model.blocks]
     logits = model(prompt, caches)[:, -1]

@@ -416,18 +416,26 @@ bool isStructuredForm(const c10::OperatorHandle& op) {
          !hasInfiniKernelForAnyOverload(op.schema().operator_name().name);
 }
 
+// The qualified names of the aten operators for which `select` holds.
+template <typename Select>
+std::vector<std::string> atenOperatorsWhere(Select select) {
+  std::vector<std::string> found;
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
+    if (op_name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(op_name);
+    if (op.has_value() && select(*op)) found.push_back(qualifiedName(*op));
+  }
+  return found;
+}
+
 const std::vector<std::string>& structuredForms() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> found;
-    auto& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
-      if (op_name.name.rfind("aten::", 0) != 0) continue;
-      auto op = dispatcher.findOp(op_name);
-      if (!op.has_value() || !isStructuredForm(*op)) continue;
-      std::string name = qualifiedName(*op);
-      if (!std::binary_search(routedOperators().begin(), routedOperators().end(), name))
-        found.push_back(std::move(name));
-    }
+    std::vector<std::string> found = atenOperatorsWhere([](const c10::OperatorHandle& op) {
+      return isStructuredForm(op) &&
+             !std::binary_search(routedOperators().begin(), routedOperators().end(),
+                                 qualifiedName(op));
+    });
     std::sort(found.begin(), found.end());
     return found;
   }();
@@ -461,13 +469,10 @@ const std::vector<std::string>& routedOperators() {
     std::vector<std::string> found(std::begin(kConvolutions), std::end(kConvolutions));
     for (const char* name : kResizingOutLosses)
       if (!hasInfiniKernel(name)) found.emplace_back(name);
-    auto& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& op_name : dispatcher.getAllOpNames()) {
-      if (op_name.name.rfind("aten::", 0) != 0) continue;
-      auto op = dispatcher.findOp(op_name);
-      if (!op.has_value() || !cpuKernelIsBypassed(*op)) continue;
-      std::string name = qualifiedName(*op);
-      if (!hasInfiniKernel(name)) found.push_back(std::move(name));
+    for (std::string& name : atenOperatorsWhere([](const c10::OperatorHandle& op) {
+           return cpuKernelIsBypassed(op) && !hasInfiniKernel(qualifiedName(op));
+         })) {
+      found.push_back(std::move(name));
     }
     std::sort(found.begin(), found.end());
     return found;

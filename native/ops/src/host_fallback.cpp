@@ -238,7 +238,9 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   try {
     op.callBoxed(stack);
   } catch (const c10::Error& e) {
-    if (!isResizeRefusal(e)) throw;
+    // Only an out= argument can be refused a resize; a functional call kept
+    // no copy of its arguments to retry with.
+    if (functional || !isResizeRefusal(e)) throw;
     // An out= argument of the wrong size: the CPU kernel resizes it, which
     // memory it does not own cannot do. The caller copies instead.
     stack->resize(begin);

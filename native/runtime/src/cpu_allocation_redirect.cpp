@@ -128,7 +128,8 @@ c10::DataPtr takeDeviceAllocation(c10::DataPtr&& data) {
   void* address = data.get();
   data.release_context();  // the table's block is the owner now
   c10::DataPtr block;
-  TORCH_INTERNAL_ASSERT(blocks().take(address, &block));
+  const bool found = blocks().take(address, &block);
+  TORCH_INTERNAL_ASSERT(found, "infini: a redirected CPU allocation is not in the table");
   return block;
 }
 

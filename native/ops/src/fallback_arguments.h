@@ -115,32 +115,6 @@ void argumentsToCpu(torch::jit::Stack* stack, size_t begin, ToCpu to_cpu, NoteDe
   }
 }
 
-// The CPU kernel's returns, made the call's: an in-place or out= return is
-// the argument it was given; any other tensor (alone or in a list) becomes
-// to_infini(tensor).
-template <typename ToInfini>
-void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
-                     const Arguments& original, ToInfini to_infini) {
-  const c10::SmallVector<int, 2>& mutated_arguments = mutatedArguments(schema);
-  const size_t num_returns = schema.returns().size();
-  const size_t ret_begin = stack->size() - num_returns;
-  for (size_t r = 0; r < num_returns; ++r) {
-    c10::IValue& value = (*stack)[ret_begin + r];
-    if (mutated_arguments[r] >= 0) {
-      value = original[static_cast<size_t>(mutated_arguments[r])];
-    } else if (value.isTensor()) {
-      // Moved out, so the CPU result is held only where the kernel left it.
-      value = to_infini(std::move(value).toTensor());
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> cpu = std::move(value).toTensorList();
-      c10::List<at::Tensor> list;
-      list.reserve(cpu.size());
-      for (size_t i = 0; i < cpu.size(); ++i) list.push_back(to_infini(cpu.extract(i)));
-      value = list;
-    }
-  }
-}
-
 // Whether argument `index` of `schema` is written by the call.
 inline bool writes(const c10::FunctionSchema& schema, size_t index) {
   const c10::AliasInfo* info = schema.arguments()[index].alias_info();
@@ -152,6 +126,34 @@ inline bool writesAny(const c10::FunctionSchema& schema) {
   for (size_t i = 0; i < schema.arguments().size(); ++i)
     if (writes(schema, i)) return true;
   return false;
+}
+
+// The CPU kernel's returns, made the call's: an in-place or out= return is
+// the argument it was given; any other tensor (alone or in a list) becomes
+// to_infini(tensor).
+template <typename ToInfini>
+void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                     const Arguments& original, ToInfini to_infini) {
+  // A call that writes no argument returns none (and skips the lookup).
+  const c10::SmallVector<int, 2>* mutated_arguments =
+      writesAny(schema) ? &mutatedArguments(schema) : nullptr;
+  const size_t num_returns = schema.returns().size();
+  const size_t ret_begin = stack->size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& value = (*stack)[ret_begin + r];
+    if (mutated_arguments != nullptr && (*mutated_arguments)[r] >= 0) {
+      value = original[static_cast<size_t>((*mutated_arguments)[r])];
+    } else if (value.isTensor()) {
+      // Moved out, so the CPU result is held only where the kernel left it.
+      value = to_infini(std::move(value).toTensor());
+    } else if (value.isTensorList()) {
+      c10::List<at::Tensor> cpu = std::move(value).toTensorList();
+      c10::List<at::Tensor> list;
+      list.reserve(cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) list.push_back(to_infini(cpu.extract(i)));
+      value = list;
+    }
+  }
 }
 
 }  // namespace torch_infini::ops

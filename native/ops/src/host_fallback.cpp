@@ -29,6 +29,18 @@ namespace {
 
 // Whether one TensorImpl alone holds `storage` (no other strong or weak
 // reference).
+// Whether two tensors have the same sizes, strides and offset. An inline
+// loop: ArrayRef::equals calls memcmp, which costs more for the few
+// dimensions a tensor has.
+bool sameGeometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+  if (a.storage_offset() != b.storage_offset()) return false;
+  const c10::IntArrayRef sa = a.sizes(), sb = b.sizes(), ta = a.strides(), tb = b.strides();
+  if (sa.size() != sb.size()) return false;
+  for (size_t d = 0; d < sa.size(); ++d)
+    if (sa[d] != sb[d] || ta[d] != tb[d]) return false;
+  return true;
+}
+
 bool heldOnce(const c10::StorageImpl* storage) {
   auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
       const_cast<c10::StorageImpl*>(storage));
@@ -79,10 +91,19 @@ class AliasPool {
   std::vector<at::Tensor> tensors_;
 };
 
-thread_local AliasPool alias_pool;
+// What a thread's fallback calls keep, in one thread_local: each access to
+// a thread_local of a shared library is a call (__tls_get_addr).
+struct ThreadState {
+  AliasPool aliases;
+  // The operator this thread is running on the CPU (see runOnHostAliases).
+  const c10::OperatorHandle* running = nullptr;
+};
+thread_local ThreadState thread_state;
 
 class Aliaser {
  public:
+  explicit Aliaser(AliasPool& pool) : pool_(pool) {}
+
   // t itself unless it is an infini tensor; then a CPU tensor over the same
   // memory, with the same geometry and view bits.
   at::Tensor toCpu(const at::Tensor& t) {
@@ -98,10 +119,9 @@ class Aliaser {
       entry->impl = impl;
       entry->infini = t;
     }
-    at::Tensor alias = alias_pool.take(entry->cpu, impl->mutable_data(), impl->nbytes(), t.dtype());
+    at::Tensor alias = pool_.take(entry->cpu, impl->mutable_data(), impl->nbytes(), t.dtype());
     // A pooled alias often has the geometry already (the same call again).
-    if (alias.storage_offset() != t.storage_offset() || !alias.sizes().equals(t.sizes()) ||
-        !alias.strides().equals(t.strides())) {
+    if (!sameGeometry(*alias.unsafeGetTensorImpl(), *t.unsafeGetTensorImpl())) {
       alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
                                                          t.storage_offset());
     }
@@ -144,19 +164,22 @@ class Aliaser {
       return {};
     }
     const c10::Device device = *device_.get();
+    if (isPlainCpuTensor(*impl) && typeid(*cpu) == typeid(c10::StorageImpl)) {
+      // Nothing else knows this tensor or its storage yet: both become the
+      // infini ones (device memory and allocator, backend keys), as
+      // at::empty would have made them.
+      cpu->set_data_ptr_noswap(takeDeviceAllocation(cpu->set_data_ptr(c10::DataPtr())));
+      cpu->set_allocator(deviceAllocator());
+      impl->set_storage_keep_dtype(impl->storage());  // the tensor's device follows
+      impl->_change_backend_component_keys(device);
+      return std::move(t);
+    }
     const size_t nbytes = cpu->nbytes();
     c10::DataPtr data =
         takeDeviceAllocation(cpu->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))));
     cpu->set_nbytes(0);
     c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data),
                          deviceAllocator(), /*resizable=*/true);
-    if (isPlainCpuTensor(*impl)) {
-      // Nothing else knows this TensorImpl yet: it becomes the infini tensor
-      // (backend keys and storage), as a fresh one would be made.
-      impl->set_storage_keep_dtype(std::move(storage));
-      impl->_change_backend_component_keys(device);
-      return std::move(t);
-    }
     at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
         std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
     out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
@@ -184,6 +207,7 @@ class Aliaser {
   // A handful per call: a linear search beats hashing.
   c10::SmallVector<Entry, 4> storages_;
   CallDevice device_;
+  AliasPool& pool_;
 };
 
 bool isResizeRefusal(const c10::Error& e) {
@@ -202,7 +226,8 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // kept alive by the aliaser).
   const bool functional = !writesAny(schema);
   const Arguments original = functional ? Arguments() : argumentsOf(*stack, begin);
-  Aliaser aliaser;
+  ThreadState& thread = thread_state;
+  Aliaser aliaser(thread.aliases);
   argumentsToCpu(
       stack, begin, [&](const at::Tensor& t) { return aliaser.toCpu(t); },
       [&](c10::Device device) { aliaser.noteDevice(device); });
@@ -220,21 +245,20 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (aliaser.device()) {
     // The CPU reads and writes the memory now: the stream's pending work first.
     const int device = aliaser.device()->index();
-    runtime::get().synchronizeStream(currentNativeStreamUnchecked(device));
-    if (functional) redirect.emplace(device, currentStreamIdUnchecked(device));
+    const c10::StreamId stream = currentStreamIdUnchecked(device);
+    runtime::get().synchronizeStream(nativeStreamUnchecked(device, stream));
+    if (functional) redirect.emplace(device, stream);
   }
   // Every infini argument is a CPU alias now, so the call cannot come back
   // here; should an argument kind be missed, refuse instead of recursing.
-  thread_local const c10::OperatorHandle* running = nullptr;
-  TORCH_CHECK_NOT_IMPLEMENTED(running == nullptr || !(*running == op),
+  TORCH_CHECK_NOT_IMPLEMENTED(thread.running == nullptr || !(*thread.running == op),
                               "infini: the CPU fallback could not move every argument of '",
                               schema.operator_name(), "' to the CPU");
-  const c10::OperatorHandle* outer = std::exchange(running, &op);
-  struct Restore {
+  struct Running {
     const c10::OperatorHandle*& slot;
-    const c10::OperatorHandle* value;
-    ~Restore() { slot = value; }
-  } restore{running, outer};
+    const c10::OperatorHandle* outer;
+    ~Running() { slot = outer; }
+  } running{thread.running, std::exchange(thread.running, &op)};
   try {
     op.callBoxed(stack);
   } catch (const c10::Error& e) {
@@ -249,8 +273,7 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   for (const auto& [index, alias] : mutable_aliases) {
     const at::Tensor& target = original[index].toTensor();
-    if (!target.sizes().equals(alias.sizes()) || !target.strides().equals(alias.strides()) ||
-        target.storage_offset() != alias.storage_offset()) {
+    if (!sameGeometry(*target.unsafeGetTensorImpl(), *alias.unsafeGetTensorImpl())) {
       // Same memory (the alias's storage cannot grow): only the geometry moved.
       target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
                                                           alias.storage_offset());

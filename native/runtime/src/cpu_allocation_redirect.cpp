@@ -13,9 +13,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
-#include <unordered_map>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "torch_infini/runtime/allocator.h"
 
@@ -28,27 +31,98 @@ struct Target {
 };
 thread_local Target target;
 
-// The device blocks handed out as CPU memory, by address.
+// A spin lock: the table's critical sections are a few loads and stores,
+// less than a mutex's own lock and unlock cost.
+class SpinLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+// The device blocks handed out as CPU memory, by address: open addressing
+// with linear probing, at most half full, so that an add and a take (once
+// per fallback result) cost no heap allocation.
 class Blocks {
  public:
   void add(c10::DataPtr block) {
     void* address = block.get();
-    std::lock_guard<std::mutex> lock(mutex_);
-    blocks_.emplace(address, std::move(block));
+    std::lock_guard<SpinLock> lock(lock_);
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    size_t i = home(address);
+    while (slots_[i].address != nullptr) i = (i + 1) & mask_;
+    slots_[i] = {address, std::move(block)};
+    ++size_;
   }
+
   // The block at `address`, removed from the table; false if there is none.
+  // The caller drops it (back to the device cache) outside the lock.
   bool take(void* address, c10::DataPtr* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.find(address);
-    if (it == blocks_.end()) return false;
-    *block = std::move(it->second);
-    blocks_.erase(it);
+    if (address == nullptr) return false;  // (an empty slot's key: never an entry)
+    std::lock_guard<SpinLock> lock(lock_);
+    if (size_ == 0) return false;
+    size_t i = home(address);
+    while (slots_[i].address != address) {
+      if (slots_[i].address == nullptr) return false;
+      i = (i + 1) & mask_;
+    }
+    *block = std::move(slots_[i].block);
+    erase(i);
+    --size_;
     return true;
   }
 
  private:
-  std::mutex mutex_;
-  std::unordered_map<void*, c10::DataPtr> blocks_;
+  struct Slot {
+    void* address = nullptr;
+    c10::DataPtr block;
+  };
+
+  size_t home(const void* address) const {
+    // Fibonacci hashing: the top bits of the product spread aligned addresses.
+    return static_cast<size_t>((reinterpret_cast<uint64_t>(address) * 0x9E3779B97F4A7C15ull) >>
+                               shift_);
+  }
+
+  // Backward-shift deletion: later entries of the probe run move into the
+  // hole when their home slot lies at or before it, so no tombstones.
+  void erase(size_t hole) {
+    for (size_t i = (hole + 1) & mask_; slots_[i].address != nullptr; i = (i + 1) & mask_) {
+      const size_t from_home = (i - home(slots_[i].address)) & mask_;
+      if (from_home >= ((i - hole) & mask_)) {
+        slots_[hole] = std::move(slots_[i]);
+        hole = i;
+      }
+    }
+    slots_[hole] = Slot();
+  }
+
+  void grow() {
+    std::vector<Slot> old(slots_.empty() ? kInitialSlots : slots_.size() * 2);
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
+    for (Slot& slot : old) {
+      if (slot.address == nullptr) continue;
+      size_t i = home(slot.address);
+      while (slots_[i].address != nullptr) i = (i + 1) & mask_;
+      slots_[i] = std::move(slot);
+    }
+  }
+
+  static constexpr size_t kInitialSlots = 64;  // a power of two
+
+  SpinLock lock_;
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+  size_t mask_ = 0;
+  unsigned shift_ = 64;
 };
 
 Blocks& blocks() {
@@ -102,6 +176,9 @@ class RedirectingCpuAllocator final : public c10::Allocator {
 }  // namespace
 
 void installCpuAllocationRedirect() {
+  // Checked on every fallback call: one load once installed.
+  static std::atomic<bool> installed{false};
+  if (installed.load(std::memory_order_acquire)) return;
   static std::once_flag once;
   std::call_once(once, [] {
     c10::Allocator* original = c10::GetCPUAllocator();
@@ -109,6 +186,7 @@ void installCpuAllocationRedirect() {
     // Leaked on purpose: CPU storages keep a pointer to their allocator.
     c10::SetCPUAllocator(new RedirectingCpuAllocator(original), /*priority=*/0);
   });
+  installed.store(true, std::memory_order_release);
 }
 
 RedirectCpuAllocations::RedirectCpuAllocations(int device, c10::StreamId stream)

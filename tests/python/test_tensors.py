@@ -4,6 +4,7 @@ pinned memory and autograd through copies. CPU is the oracle throughout."""
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 import torch
@@ -454,6 +455,52 @@ def test_item(dtype: torch.dtype) -> None:
         assert value == expected
     assert x[2:3].item() == cpu[2:3].item()
     assert x.view(2, 2)[1, 0].item() == cpu[2].item()
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.complex128,
+        torch.complex32,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    ],
+)
+def test_item_of_every_other_dtype(dtype: torch.dtype) -> None:
+    """Each dtype's element becomes the Python value the CPU makes of it."""
+    cpu = torch.tensor([1.5, -2.25, 3.0, 0.5]).to(dtype) if dtype.is_floating_point else None
+    if cpu is None:
+        cpu = (torch.arange(4) * 3 + 1).to(dtype) if not dtype.is_complex else None
+    if cpu is None:
+        cpu = torch.tensor([1.5 - 2j, -0.25 + 4j, 3j, 7.0], dtype=dtype)
+    x = cpu.to("infini")
+    for index in range(4):
+        value, expected = x[index].item(), cpu[index].item()
+        assert type(value) is type(expected)
+        assert value == expected
+
+
+def test_item_resolves_conjugate_and_negative_views_and_keeps_nan() -> None:
+    cpu = torch.tensor([1.0 + 2.0j, -3.0 - 0.5j])
+    x = cpu.to("infini")
+    assert x.conj()[0].item() == cpu.conj()[0].item() == 1.0 - 2.0j
+    assert torch._neg_view(x)[1].item() == -cpu[1].item()
+    assert math.isnan(torch.tensor([float("nan")]).to("infini").item())
+    assert torch.tensor([2], dtype=torch.uint8).to("infini").bool().item() is True
+
+
+def test_item_reads_after_the_streams_pending_work() -> None:
+    """.item() waits for the current stream, as on CUDA (no stale value)."""
+    x = torch.zeros(1, device="infini")
+    side = torch.infini.Stream()
+    side.wait_stream(torch.infini.current_stream())  # the zeros first, as on CUDA
+    with torch.infini.stream(side):
+        for step in range(1, 51):
+            x.add_(1.0)
+            assert x.item() == float(step)
 
 
 def test_item_of_scalar_tensor() -> None:

@@ -7,11 +7,13 @@
 // Synchronous copies wait for the stream; non_blocking ones return early only
 // with pinned host memory on a runtime that has async memcpy.
 #include <ATen/ATen.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "bridge.h"
 #include "torch_infini/runtime/allocator.h"
@@ -273,12 +275,34 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// .item(): the element's bytes come straight into a local buffer on the
+// current stream (after its pending work) and become a Scalar as the CPU
+// kernel makes one; no host tensor, no copy machinery (generation reads a
+// token this way every step). Conjugate and negative views arrive resolved
+// (their dispatch keys' fallbacks materialize them first).
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  deviceToHost(host, self.reshape({}), /*non_blocking=*/false);
-  return at::_local_scalar_dense(host);
+  alignas(16) unsigned char bytes[16];  // the widest element: complex<double>
+  const size_t size = self.element_size();
+  TORCH_INTERNAL_ASSERT(size <= sizeof(bytes));
+  auto& rt = runtime::get();
+  const auto stream = streamOf(self);
+  rt.memcpyAsync(bytes, self.const_data_ptr(), size, MemcpyKind::DeviceToHost, stream);
+  rt.synchronizeStream(stream);
+  if (self.scalar_type() == at::kBool) {
+    // As the CPU kernel: a byte other than 0 or 1 is still a bool.
+    return at::Scalar(static_cast<bool>(bytes[0]));
+  }
+  at::Scalar result;
+  AT_DISPATCH_V2(self.scalar_type(), "infini _local_scalar_dense", AT_WRAP([&] {
+                   scalar_t value;
+                   std::memcpy(&value, bytes, sizeof(scalar_t));
+                   result = at::Scalar(value);
+                 }),
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kComplexHalf, at::kHalf, at::kBFloat16,
+                 AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+  return result;
 }
 
 // Conjugate/negative views must reach _copy_from with their bits intact

@@ -12,6 +12,11 @@ JOBS="${JOBS:-2}"
 
 bash ci/install_deps.sh
 
+# One compiler for every build below: the wheel's build (scikit-build-core)
+# would otherwise pick g++ where CMake picks c++, and ccache, which keys on
+# the compiler's name, would compile everything a second time.
+export CC="${CC:-cc}" CXX="${CXX:-c++}"
+
 echo "== C++: configure, build, ctest (${BUILD_DIR})"
 rm -rf "${BUILD_DIR}"
 cmake -S . -B "${BUILD_DIR}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v "$PYTHON")"

@@ -20,8 +20,10 @@ if(TORCH_INFINI_SANITIZE)
     message(FATAL_ERROR "TORCH_INFINI_SANITIZE: thread and address cannot be combined")
   endif()
   # -O1: the usual sanitizer build (readable stacks, quick to compile);
-  # every report is fatal, so a test fails on it.
-  add_compile_options(-fsanitize=${TORCH_INFINI_SANITIZE} -fno-omit-frame-pointer -g -O1
+  # -g1: line tables, all a report's stack needs (full -g doubles the
+  # compile time of every ATen translation unit). Every report is fatal,
+  # so a test fails on it.
+  add_compile_options(-fsanitize=${TORCH_INFINI_SANITIZE} -fno-omit-frame-pointer -g1 -O1
                       -fno-sanitize-recover=all)
   set(TORCH_INFINI_SANITIZER_LINK_OPTIONS "-fsanitize=${TORCH_INFINI_SANITIZE}")
   add_link_options(${TORCH_INFINI_SANITIZER_LINK_OPTIONS})

@@ -28,7 +28,7 @@ def configure(tmp_path: Path, value: str) -> subprocess.CompletedProcess[str]:
 def test_address_and_undefined_instrument_every_target(tmp_path: Path) -> None:
     proc = configure(tmp_path, "address,undefined")
     assert proc.returncode == 0, proc.stderr
-    assert "COMPILE=-fsanitize=address,undefined;-fno-omit-frame-pointer;-g;-O1;" in proc.stdout
+    assert "COMPILE=-fsanitize=address,undefined;-fno-omit-frame-pointer;-g1;-O1;" in proc.stdout
     assert "-fno-sanitize-recover=all" in proc.stdout
     assert "LINK=-fsanitize=address,undefined" in proc.stdout
     assert "INTERFACE=-fsanitize=address,undefined" in proc.stdout

@@ -27,8 +27,6 @@
 namespace torch_infini::ops {
 namespace {
 
-// Whether one TensorImpl alone holds `storage` (no other strong or weak
-// reference).
 // Whether two tensors have the same sizes, strides and offset. An inline
 // loop: ArrayRef::equals calls memcmp, which costs more for the few
 // dimensions a tensor has.
@@ -41,6 +39,8 @@ bool sameGeometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
   return true;
 }
 
+// Whether one TensorImpl alone holds `storage` (no other strong or weak
+// reference).
 bool heldOnce(const c10::StorageImpl* storage) {
   auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
       const_cast<c10::StorageImpl*>(storage));

@@ -14,6 +14,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -104,11 +105,11 @@ class Blocks {
   }
 
   void grow() {
-    std::vector<Slot> old(slots_.empty() ? kInitialSlots : slots_.size() * 2);
-    old.swap(slots_);
-    mask_ = slots_.size() - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
-    for (Slot& slot : old) {
+    const size_t capacity = slots_.empty() ? kInitialSlots : slots_.size() * 2;
+    std::vector<Slot> previous = std::exchange(slots_, std::vector<Slot>(capacity));
+    mask_ = capacity - 1;
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
+    for (Slot& slot : previous) {
       if (slot.address == nullptr) continue;
       size_t i = home(slot.address);
       while (slots_[i].address != nullptr) i = (i + 1) & mask_;

@@ -50,8 +50,8 @@ if [ "$MODE" = "--thread" ]; then
   # A report makes the process exit with 66 at its end (tests pass or not).
   export TSAN_OPTIONS="second_deadlock_stack=1 suppressions=${SUPP}/tsan.supp"
   export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
-  echo "== TSan: C++ host runtime, caching allocator (8 threads), op allocations; async streams"
-  for test in test_host_runtime test_caching_allocator test_op_allocations; do
+  echo "== TSan: C++ host runtime, caching allocator (8 threads), op allocations, CPU allocation redirect; async streams"
+  for test in test_host_runtime test_caching_allocator test_op_allocations test_cpu_allocation_redirect; do
     "${BUILD_DIR}/tests/cpp/${test}"
   done
   # Python: the soak and the stream, event, memory and copy tests, with TSan

@@ -471,11 +471,12 @@ def test_item(dtype: torch.dtype) -> None:
 )
 def test_item_of_every_other_dtype(dtype: torch.dtype) -> None:
     """Each dtype's element becomes the Python value the CPU makes of it."""
-    cpu = torch.tensor([1.5, -2.25, 3.0, 0.5]).to(dtype) if dtype.is_floating_point else None
-    if cpu is None:
-        cpu = (torch.arange(4) * 3 + 1).to(dtype) if not dtype.is_complex else None
-    if cpu is None:
+    if dtype.is_complex:
         cpu = torch.tensor([1.5 - 2j, -0.25 + 4j, 3j, 7.0], dtype=dtype)
+    elif dtype.is_floating_point:
+        cpu = torch.tensor([1.5, -2.25, 3.0, 0.5]).to(dtype)
+    else:
+        cpu = (torch.arange(4) * 3 + 1).to(dtype)
     x = cpu.to("infini")
     for index in range(4):
         value, expected = x[index].item(), cpu[index].item()

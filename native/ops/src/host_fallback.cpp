@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bridge.h"
+#include "dims.h"
 #include "fallback_arguments.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/cpu_allocation_redirect.h"
@@ -27,16 +28,10 @@
 namespace torch_infini::ops {
 namespace {
 
-// Whether two tensors have the same sizes, strides and offset. An inline
-// loop: ArrayRef::equals calls memcmp, which costs more for the few
-// dimensions a tensor has.
+// Whether two tensors have the same sizes, strides and offset.
 bool sameGeometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
-  if (a.storage_offset() != b.storage_offset()) return false;
-  const c10::IntArrayRef sa = a.sizes(), sb = b.sizes(), ta = a.strides(), tb = b.strides();
-  if (sa.size() != sb.size()) return false;
-  for (size_t d = 0; d < sa.size(); ++d)
-    if (sa[d] != sb[d] || ta[d] != tb[d]) return false;
-  return true;
+  return a.storage_offset() == b.storage_offset() && sameDims(a.sizes(), b.sizes()) &&
+         sameDims(a.strides(), b.strides());
 }
 
 // Whether one TensorImpl alone holds `storage` (no other strong or weak

@@ -98,7 +98,8 @@ void argumentsToCpu(torch::jit::Stack* stack, size_t begin, ToCpu to_cpu, NoteDe
   for (size_t i = begin; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];
     if (value.isTensor()) {
-      value = to_cpu(value.toTensor());
+      // Moved out: the stack's reference passes to to_cpu (no count change).
+      value = to_cpu(std::move(value).toTensor());
     } else if (value.isTensorList()) {
       c10::List<at::Tensor> list;
       for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(to_cpu(t));

@@ -11,6 +11,8 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -35,11 +37,14 @@ bool sameGeometry(const c10::TensorImpl& a, const c10::TensorImpl& b) {
 }
 
 // Whether one TensorImpl alone holds `storage` (no other strong or weak
-// reference).
+// reference). The counts are read through a borrowed pointer (reclaimed,
+// then released): no atomic increment and decrement for a read.
 bool heldOnce(const c10::StorageImpl* storage) {
-  auto strong = c10::intrusive_ptr<c10::StorageImpl>::unsafe_reclaim_from_nonowning(
-      const_cast<c10::StorageImpl*>(storage));
-  return strong.use_count() == 2 && strong.weak_use_count() == 1;  // ours is the second
+  auto borrowed =
+      c10::intrusive_ptr<c10::StorageImpl>::reclaim(const_cast<c10::StorageImpl*>(storage));
+  const bool once = borrowed.use_count() == 1 && borrowed.weak_use_count() == 1;
+  borrowed.release();
+  return once;
 }
 
 // Per thread, the CPU tensors the fallback made as aliases, reused from call
@@ -101,29 +106,42 @@ class Aliaser {
 
   // t itself unless it is an infini tensor; then a CPU tensor over the same
   // memory, with the same geometry and view bits.
-  at::Tensor toCpu(const at::Tensor& t) {
-    if (!t.defined() || !isInfini(t)) return t;
+  at::Tensor toCpu(at::Tensor t) {
+    if (!t.defined()) return t;
+    if (!isInfini(t)) {
+      noteKeys(t.key_set());
+      return t;
+    }
     requireStrided(t);
     noteDevice(t.device());
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     Entry* entry = nullptr;
     for (Entry& e : storages_)
       if (e.impl == impl) entry = &e;
+    const at::Tensor* infini = &t;
     if (entry == nullptr) {
       entry = &storages_.emplace_back();  // (entry is not used past this call)
       entry->impl = impl;
-      entry->infini = t;
+      entry->infini = std::move(t);  // the stack's reference keeps the storage alive
+      infini = &entry->infini;
     }
-    at::Tensor alias = pool_.take(entry->cpu, impl->mutable_data(), impl->nbytes(), t.dtype());
+    const c10::TensorImpl& geometry = *infini->unsafeGetTensorImpl();
+    at::Tensor alias =
+        pool_.take(entry->cpu, impl->mutable_data(), impl->nbytes(), geometry.dtype());
     // A pooled alias often has the geometry already (the same call again).
-    if (!sameGeometry(*alias.unsafeGetTensorImpl(), *t.unsafeGetTensorImpl())) {
-      alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
-                                                         t.storage_offset());
+    if (!sameGeometry(*alias.unsafeGetTensorImpl(), geometry)) {
+      alias.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
+                                                         geometry.storage_offset());
     }
-    if (t.is_conj()) alias._set_conj(true);
-    if (t.is_neg()) alias._set_neg(true);
+    if (geometry.is_conj()) alias._set_conj(true);
+    if (geometry.is_neg()) alias._set_neg(true);
+    noteKeys(alias.key_set());
     return alias;
   }
+
+  // Whether every tensor argument is a dense CPU tensor (an alias or the
+  // caller's) with no view bits: then the CPU kernel can be called directly.
+  bool onlyPlainCpuTensors() const { return only_plain_cpu_; }
 
   void noteDevice(c10::Device device) { device_.note(device); }
 
@@ -194,6 +212,16 @@ class Aliaser {
            typeid(impl) == typeid(c10::TensorImpl);
   }
 
+  // Keys of a tensor the CPU kernel will get: only the CPU backend's and
+  // those PyTorch gives every tensor (autograd, autocast) keep the direct
+  // call; a conjugate or negative view, a sparse or wrapper tensor do not.
+  void noteKeys(c10::DispatchKeySet keys) {
+    const c10::DispatchKeySet rest =
+        keys - c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) -
+        c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
+    if (rest != c10::DispatchKeySet(c10::DispatchKey::CPU)) only_plain_cpu_ = false;
+  }
+
   struct Entry {
     c10::StorageImpl* impl = nullptr;  // the infini storage
     c10::Storage cpu;                  // the CPU storage over the same memory
@@ -203,6 +231,7 @@ class Aliaser {
   c10::SmallVector<Entry, 4> storages_;
   CallDevice device_;
   AliasPool& pool_;
+  bool only_plain_cpu_ = true;
 };
 
 bool isResizeRefusal(const c10::Error& e) {
@@ -255,7 +284,20 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     ~Running() { slot = outer; }
   } running{thread.running, std::exchange(thread.running, &op)};
   try {
-    op.callBoxed(stack);
+    // Plain CPU arguments: straight to the CPU kernel, as
+    // at::native::cpu_fallback calls it (no second pass through the
+    // dispatch keys, which the infini call passed already). A profiler that
+    // records operators gets the full call, which it records nested in the
+    // infini one; view bits get it too, for their fallbacks (whose per-
+    // operator fallthroughs only a full dispatch skips). Either way CPU
+    // autocast stays out: it is for CPU tensors, and these are infini's.
+    if (aliaser.onlyPlainCpuTensors() &&
+        !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    } else {
+      c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+      op.callBoxed(stack);
+    }
   } catch (const c10::Error& e) {
     // Only an out= argument can be refused a resize; a functional call kept
     // no copy of its arguments to retry with.

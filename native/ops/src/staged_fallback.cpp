@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
@@ -202,7 +203,11 @@ void runStaged(const c10::OperatorHandle& op, torch::jit::Stack* stack, int64_t*
     if (writes(schema, i) || writesUndeclared(schema, i))
       written.emplace_back(i, (*stack)[begin + i]);
 
-  op.callBoxed(stack);
+  {
+    // CPU autocast is for CPU tensors; these stand for infini's.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    op.callBoxed(stack);
+  }
 
   for (const auto& [index, cpu] : written) {
     const c10::IValue& target = original[index];

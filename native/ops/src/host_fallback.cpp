@@ -205,21 +205,23 @@ class Aliaser {
   // the autograd and autocast keys PyTorch adds to every tensor (none of
   // conjugate, negative, Python, ...), of the plain TensorImpl class.
   static bool isPlainCpuTensor(const c10::TensorImpl& impl) {
-    const c10::DispatchKeySet keys =
-        impl.key_set() - c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) -
-        c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
-    return keys == c10::DispatchKeySet(c10::DispatchKey::CPU) &&
-           typeid(impl) == typeid(c10::TensorImpl);
+    return onlyCpuKeys(impl.key_set()) && typeid(impl) == typeid(c10::TensorImpl);
   }
 
-  // Keys of a tensor the CPU kernel will get: only the CPU backend's and
-  // those PyTorch gives every tensor (autograd, autocast) keep the direct
-  // call; a conjugate or negative view, a sparse or wrapper tensor do not.
+  // Whether `keys` are the CPU backend's and those PyTorch gives every
+  // tensor (autograd, autocast): no conjugate or negative view, no sparse,
+  // Python or other key.
+  static bool onlyCpuKeys(c10::DispatchKeySet keys) {
+    return keys - c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) -
+               c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) ==
+           c10::DispatchKeySet(c10::DispatchKey::CPU);
+  }
+
+  // Keys of a tensor the CPU kernel will get: any beyond onlyCpuKeys' (a
+  // conjugate or negative view, a sparse or wrapper tensor) need the full
+  // dispatch.
   void noteKeys(c10::DispatchKeySet keys) {
-    const c10::DispatchKeySet rest =
-        keys - c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) -
-        c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
-    if (rest != c10::DispatchKeySet(c10::DispatchKey::CPU)) only_plain_cpu_ = false;
+    if (!onlyCpuKeys(keys)) only_plain_cpu_ = false;
   }
 
   struct Entry {

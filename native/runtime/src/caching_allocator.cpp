@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +41,10 @@ constexpr size_t kSmallBuffer = 2 << 20;     // segment for small requests
 constexpr size_t kLargeBuffer = 20 << 20;    // segment for medium requests
 constexpr size_t kMinLargeAlloc = 10 << 20;  // above this, segments fit the request
 constexpr size_t kRoundLarge = 2 << 20;      // rounding of large segments
+// Freed small blocks of up to kHotMaxSize are kept whole, at most
+// kHotPerSize of each size (see DeviceCache::hot).
+constexpr size_t kHotMaxSize = 8 << 10;
+constexpr size_t kHotPerSize = 4;
 
 size_t roundSize(size_t size) {
   return size < kMinBlockSize ? kMinBlockSize
@@ -133,6 +138,16 @@ struct DeviceCache {
   // Recycled pool nodes and blocks: steady-state allocation touches no heap.
   std::vector<Pool::node_type> spare_nodes;
   std::vector<Block*> spare_blocks;
+  // Small blocks freed lately, by size / kMinBlockSize, newest last: not
+  // merged into the pool yet. A model's loop frees and allocates the same
+  // small sizes over and over; the next allocation of a size takes the
+  // block freed last, whose memory the CPU still has in its caches, without
+  // a pool search (glibc's per-size caches do the same for the CPU). They
+  // join the pool (flushHot) before anything reads it or its statistics,
+  // and before a new segment is allocated: memory statistics, snapshots and
+  // empty_cache see exactly the merged state.
+  std::array<std::vector<Block*>, kHotMaxSize / kMinBlockSize + 1> hot;
+  size_t hot_blocks = 0;
   std::deque<std::pair<runtime::EventHandle, Block*>> pending;  // cross-stream frees
   DeviceStats stats;
   std::map<const char*, std::unique_ptr<SegmentHead>> segments;  // by address
@@ -239,6 +254,7 @@ class Allocator final : public CachingDeviceAllocator {
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override { emptyCacheAll(); }
 
   void emptyCacheAll() override {
+    if (!caches_made_.load(std::memory_order_acquire)) return;  // nothing cached yet
     for (size_t d = 0; d < caches_.size(); ++d) {
       if (!caches_[d]) continue;
       std::lock_guard<std::mutex> lock(caches_[d]->mutex);
@@ -265,6 +281,7 @@ class Allocator final : public CachingDeviceAllocator {
     checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
+    flushHot(cache);
     return cache.stats;
   }
 
@@ -272,6 +289,7 @@ class Allocator final : public CachingDeviceAllocator {
     checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
+    flushHot(cache);
     forEachStatArray(cache.stats, [](StatArray& a) {
       for (auto& s : a) s.reset_accumulated();
     });
@@ -286,6 +304,7 @@ class Allocator final : public CachingDeviceAllocator {
     checkStatsDevice(device);
     DeviceCache& cache = cacheFor(device);
     std::lock_guard<std::mutex> lock(cache.mutex);
+    flushHot(cache);
     forEachStatArray(cache.stats, [](StatArray& a) {
       for (auto& s : a) s.reset_peak();
     });
@@ -326,6 +345,7 @@ class Allocator final : public CachingDeviceAllocator {
     for (int d = 0; d < devices; ++d) {
       DeviceCache& cache = cacheFor(d);
       std::lock_guard<std::mutex> lock(cache.mutex);
+      flushHot(cache);
       for (const auto& [ptr, head] : cache.segments) {
         MemorySegmentSnapshot segment{};
         segment.device = d;
@@ -393,12 +413,20 @@ class Allocator final : public CachingDeviceAllocator {
 
   static void deleter(void* context);
 
+  // Made on first use, when the runtime knows the device count. Checked
+  // with an atomic flag: std::call_once costs a thread-local access and a
+  // pthread_once call, on every allocation and every free.
   DeviceCache& cacheFor(int device) {
-    std::call_once(caches_once_, [this] {
-      caches_.resize(static_cast<size_t>(deviceCount()));
-      for (auto& c : caches_) c = std::make_unique<DeviceCache>();
-    });
+    if (!caches_made_.load(std::memory_order_acquire)) makeCaches();
     return *caches_[device];
+  }
+
+  void makeCaches() {
+    std::lock_guard<std::mutex> lock(caches_mutex_);
+    if (caches_made_.load(std::memory_order_relaxed)) return;
+    caches_.resize(static_cast<size_t>(deviceCount()));
+    for (auto& c : caches_) c = std::make_unique<DeviceCache>();
+    caches_made_.store(true, std::memory_order_release);
   }
 
   template <typename F>
@@ -469,9 +497,17 @@ class Allocator final : public CachingDeviceAllocator {
                       const std::shared_ptr<c10::GatheredContext>& context) {
     const size_t size = roundSize(bytes);
     const bool small = size <= kSmallSize;
+    if (Block* hot = takeHot(cache, stream, size); hot != nullptr) {
+      activate(cache, hot, device, stream, bytes, context);
+      return hot;
+    }
     Pool& pool = poolFor(cache, small);
 
     auto it = pool.lower_bound(Key{stream, size, nullptr});
+    if ((it == pool.end() || (*it)->stream != stream) && cache.hot_blocks > 0) {
+      flushHot(cache);  // merged, they may make room
+      it = pool.lower_bound(Key{stream, size, nullptr});
+    }
     if (it == pool.end() || (*it)->stream != stream) {
       // Nothing cached fits: a new segment enters the pool as one free block.
       it = insertFree(cache, newSegment(cache, device, stream, size, bytes, context));
@@ -505,7 +541,50 @@ class Allocator final : public CachingDeviceAllocator {
       block = found;
       removeFree(cache, block);
     }
+    activate(cache, block, device, stream, bytes, context);
+    return block;
+  }
 
+  // A free block of exactly `size` bytes on `stream` from the hot blocks,
+  // the one freed last; or null.
+  static Block* takeHot(DeviceCache& cache, c10::StreamId stream, size_t size) {
+    if (size > kHotMaxSize || cache.hot_blocks == 0) return nullptr;
+    std::vector<Block*>& blocks = cache.hot[size / kMinBlockSize];
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      if ((*it)->stream != stream) continue;
+      Block* block = *it;
+      blocks.erase(std::next(it).base());
+      --cache.hot_blocks;
+      return block;
+    }
+    return nullptr;
+  }
+
+  // Keeps a freed small block whole for the next allocation of its size,
+  // when there is room; else false.
+  static bool keepHot(DeviceCache& cache, Block* block) {
+    if (!block->small || block->size > kHotMaxSize) return false;
+    std::vector<Block*>& blocks = cache.hot[block->size / kMinBlockSize];
+    if (blocks.size() >= kHotPerSize) return false;
+    blocks.push_back(block);
+    ++cache.hot_blocks;
+    return true;
+  }
+
+  // Every hot block into the pool, merged with its free neighbours.
+  static void flushHot(DeviceCache& cache) {
+    if (cache.hot_blocks == 0) return;
+    for (std::vector<Block*>& blocks : cache.hot) {
+      for (Block* block : blocks) returnToPool(cache, block);
+      blocks.clear();
+    }
+    cache.hot_blocks = 0;
+  }
+
+  // A free block becomes the allocation of `bytes`.
+  void activate(DeviceCache& cache, Block* block, int device, c10::StreamId stream, size_t bytes,
+                const std::shared_ptr<c10::GatheredContext>& context) {
+    const bool small = block->small;
     block->allocated = true;
     block->requested = bytes;
     DeviceStats& s = cache.stats;
@@ -520,7 +599,6 @@ class Allocator final : public CachingDeviceAllocator {
     Poison::poison(block->ptr + bytes, block->size - bytes);
     recordTrace(cache, Action::Alloc, device, block->ptr, bytes, stream,
                 contextFor(RecordContext::ALLOC) ? context : nullptr);
-    return block;
   }
 
   // torch.profiler's profile_memory: each allocation and free, with the
@@ -625,7 +703,7 @@ class Allocator final : public CachingDeviceAllocator {
     release(cache, block, context);
   }
 
-  // Returns a no-longer-active block to its pool, merged with free neighbours.
+  // A no-longer-active block: kept hot, or back to its pool.
   void release(DeviceCache& cache, Block* block,
                const std::shared_ptr<c10::GatheredContext>& context = nullptr) {
     recordTrace(cache, Action::FreeCompleted, block->device, block->ptr, block->requested,
@@ -634,6 +712,11 @@ class Allocator final : public CachingDeviceAllocator {
     Poison::poison(block->ptr, block->size);
     update(cache.stats.active, block->small, -1);
     update(cache.stats.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    if (!keepHot(cache, block)) returnToPool(cache, block);
+  }
+
+  // A free block into its pool, merged with free neighbours.
+  static void returnToPool(DeviceCache& cache, Block* block) {
     Block* free_prev = block->prev != nullptr && block->prev->in_pool ? block->prev : nullptr;
     Block* free_next = block->next != nullptr && block->next->in_pool ? block->next : nullptr;
     if ((free_prev == nullptr) != (free_next == nullptr)) {
@@ -711,6 +794,7 @@ class Allocator final : public CachingDeviceAllocator {
       rt.destroyEvent(event);
       if (--block->pending_events == 0) release(cache, block);
     }
+    flushHot(cache);
     ++cache.stats.num_sync_all_streams;
     for (Pool* pool : {&cache.small, &cache.large}) {
       for (auto it = pool->begin(); it != pool->end();) {
@@ -737,7 +821,8 @@ class Allocator final : public CachingDeviceAllocator {
     }
   }
 
-  std::once_flag caches_once_;
+  std::mutex caches_mutex_;
+  std::atomic<bool> caches_made_{false};
   std::vector<std::unique_ptr<DeviceCache>> caches_;
   RangeMap segments_;
   // Memory history settings (recordHistory).

@@ -11,6 +11,7 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/result_type_native.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -81,7 +82,7 @@ at::Tensor promoted(const char* name, const at::Tensor& t, c10::ScalarType dtype
 // does not fit.
 std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const at::Tensor& self,
                                                  const at::Tensor& other) {
-  const c10::ScalarType dtype = at::result_type(self, other);
+  const c10::ScalarType dtype = at::native::result_type(self, other);
   at::Tensor a = self;
   at::Tensor b = other;
   if (isInfini(a) && isCpuScalar(b)) b = deviceScalar(b.item(), dtype, a);
@@ -197,7 +198,8 @@ at::Scalar scalarValue(const at::Tensor& t) {
 // binaryScalar does. A scalar on the left takes the generic path on the CPU
 // too (rounded to the tensor's dtype first).
 bool scalarOperandCall(const at::Tensor& self, const at::Tensor& other) {
-  return isInfini(self) && isCpuScalar(other) && at::result_type(self, other) == self.scalar_type();
+  return isInfini(self) && isCpuScalar(other) &&
+         at::native::result_type(self, other) == self.scalar_type();
 }
 
 // out = self (op) scalar where the provider takes the scalar as it is
@@ -306,8 +308,9 @@ at::Tensor binary(const char* name, Op op, const at::Tensor& self, const at::Ten
 void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
   // PyTorch's rule: an integral result needs an integral alpha, a non-bool
   // result a non-bool alpha. (Operands of one dtype need no promotion.)
-  const auto dtype =
-      self.scalar_type() == other.scalar_type() ? self.scalar_type() : at::result_type(self, other);
+  const auto dtype = self.scalar_type() == other.scalar_type()
+                         ? self.scalar_type()
+                         : at::native::result_type(self, other);
   TORCH_CHECK(!alpha.isBoolean() || dtype == at::kBool,
               "Boolean alpha only supported for Boolean results.");
   TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || alpha.isIntegral(true),

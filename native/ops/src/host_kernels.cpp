@@ -5,7 +5,14 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/ops/add_native.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/cat_cpu_dispatch.h>
+#include <ATen/ops/clamp_min_cpu_dispatch.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/fill_cpu_dispatch.h>
 #include <ATen/ops/mul_native.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
 
 #include <array>
 #include <utility>
@@ -94,6 +101,12 @@ const at::Tensor& wrappedNumber(const c10::Scalar& value) {
   return t;
 }
 
+// The kernels call the CPU's kernels directly (at::cpu::*_out,
+// at::native::copy_), not through the dispatcher: the aliases are
+// internal, so autograd, ADInplaceOrView, CPU autocast, Python modes and
+// the profiler have nothing to do with them; the infini operator around
+// the kernel is what they see.
+
 // A CPU tensor over `ref`'s memory that neither owns nor frees it (for
 // kernels with more tensors than the per-thread aliases hold).
 at::Tensor unownedCpu(const TensorRef& ref) {
@@ -181,7 +194,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& d, const TensorRef& s) {
           at::Tensor o = out0(d);
-          o.copy_(in1(s));
+          at::native::copy_(o, in1(s));
         },
         dst, src);
   }
@@ -191,7 +204,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [value](const TensorRef& d) {
           at::Tensor o = out0(d);
-          o.fill_(value);
+          at::cpu::fill_(o, value);
         },
         dst);
   }
@@ -264,7 +277,7 @@ class HostKernels final : public KernelProvider {
           [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref,
                         const TensorRef& c_ref) {
             at::Tensor o = out0(o_ref);
-            at::addmm_out(o, in3(c_ref), in1(a_ref), in2(b_ref), beta, alpha);
+            at::cpu::addmm_out(o, in3(c_ref), in1(a_ref), in2(b_ref), beta, alpha);
           },
           out, a, b, *c);
       return;
@@ -275,9 +288,9 @@ class HostKernels final : public KernelProvider {
           at::Tensor o = out0(o_ref);
           // beta = 0: the output's previous contents are ignored, as in Gemm.
           if (o_ref.dim() == 3) {
-            at::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::cpu::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
           } else {
-            at::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::cpu::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
           }
         },
         out, a, b);
@@ -293,7 +306,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           at::Tensor o = out0(o_ref);
-          at::clamp_min_out(o, in1(x_ref), 0);
+          at::cpu::clamp_min_out(o, in1(x_ref), 0);
         },
         out, x);
   }
@@ -303,7 +316,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           at::Tensor o = out0(o_ref);
-          at::silu_out(o, in1(x_ref));
+          at::cpu::silu_out(o, in1(x_ref));
         },
         out, x);
   }
@@ -315,7 +328,7 @@ class HostKernels final : public KernelProvider {
         [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
           const int64_t n = x_ref.sizes.back();
           at::Tensor o = out0(o_ref);
-          o.copy_(at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
+          at::native::copy_(o, at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
         },
         out, x, weight);
   }
@@ -326,7 +339,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           at::Tensor o = out0(o_ref);
-          o.copy_(siluAndMulReference(in1(x_ref)));
+          at::native::copy_(o, siluAndMulReference(in1(x_ref)));
         },
         out, x);
   }
@@ -337,7 +350,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
           at::Tensor o = out0(o_ref);
-          o.copy_(swigluReference(in1(i_ref), in2(g_ref)));
+          at::native::copy_(o, swigluReference(in1(i_ref), in2(g_ref)));
         },
         out, input, gate);
   }
@@ -348,7 +361,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           at::Tensor o = out0(o_ref);
-          o.copy_(causalSoftmaxReference(in1(x_ref)));
+          at::native::copy_(o, causalSoftmaxReference(in1(x_ref)));
         },
         out, x);
   }
@@ -365,14 +378,15 @@ class HostKernels final : public KernelProvider {
             c10::SmallVector<at::Tensor, 3> inputs;
             for (size_t i = 0; i < in_refs.size(); ++i)
               inputs.push_back(aliases(in_refs[i], i + 1));
-            at::cat_out(o, inputs, dim);
+            at::cpu::cat_out(o, inputs, dim);
             return;
           }
           // Each input copied into its slice of out: the bytes the CPU's cat writes.
           int64_t offset = 0;
           for (const TensorRef& in_ref : in_refs) {
             const int64_t size = in_ref.sizes[dim];
-            o.narrow(dim, offset, size).copy_(in1(in_ref));
+            at::Tensor slice = o.narrow(dim, offset, size);
+            at::native::copy_(slice, in1(in_ref));
             offset += size;
           }
         },

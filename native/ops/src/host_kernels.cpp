@@ -14,10 +14,11 @@
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <utility>
 
-#include "dims.h"
 #include "fused_reference.h"
 #include "random_dtypes.h"
 #include "random_fill.h"
@@ -30,41 +31,78 @@ namespace {
 // they neither own nor free it. Every kernel needs a few, so each thread
 // that runs kernels (the caller inline, a stream worker in async mode) keeps
 // its own and repoints them per call instead of allocating new tensors.
+// Each slot keeps a few, one per geometry it saw last: a model's loop runs
+// its kernels over a handful of geometries, and repointing a tensor of the
+// right geometry is a store, while a new geometry recomputes the tensor's
+// contiguity and storage size.
 class Aliases {
  public:
   // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
   // call for the same slot on this thread.
   const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
     Slot& s = slots_[slot];
-    const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
-    if (s.tensor.defined() && s.tensor.dtype() == meta && sameDims(s.tensor.sizes(), ref.sizes) &&
-        sameDims(s.tensor.strides(), ref.strides)) {
-      // Same geometry as last time (the common case in a loop): repoint only.
-      s.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
-          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
-      return s.tensor;
+    for (Entry& e : s.entries) {
+      if (e.holds(ref)) {
+        e.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+            c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+        return e.tensor;
+      }
     }
-    const size_t nbytes = at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
-    if (!s.tensor.defined()) {
-      s.storage = c10::Storage(c10::Storage::use_byte_size_t(), 0,
-                               c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),
-                               /*allocator=*/nullptr, /*resizable=*/false);
-      s.tensor = at::detail::make_tensor<c10::TensorImpl>(
-          c10::Storage(s.storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
-    }
-    s.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
-        c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
-    s.storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
-    c10::TensorImpl* impl = s.tensor.unsafeGetTensorImpl();
-    if (s.tensor.dtype() != meta) impl->set_storage_and_dtype(s.storage, meta);
-    impl->set_sizes_and_strides(ref.sizes, ref.strides, /*storage_offset=*/0);
-    return s.tensor;
+    Entry& e = s.entries[s.next];  // replaced round robin
+    s.next = (s.next + 1) % kEntries;
+    e.view(ref);
+    return e.tensor;
   }
 
  private:
-  struct Slot {
+  static constexpr size_t kEntries = 4;
+  static constexpr size_t kMaxKeyDims = 6;  // more dimensions are not remembered
+  static constexpr size_t kNoGeometry = SIZE_MAX;
+
+  struct Entry {
     c10::Storage storage;
     at::Tensor tensor;
+    // The geometry `tensor` has, kept here so that a search reads no tensor.
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    size_t dim = kNoGeometry;
+    std::array<int64_t, 2 * kMaxKeyDims> dims{};  // sizes, then strides
+
+    bool holds(const TensorRef& ref) const {
+      const size_t n = ref.sizes.size();
+      if (n != dim || ref.dtype != dtype) return false;
+      for (size_t i = 0; i < n; ++i)
+        if (dims[i] != ref.sizes[i] || dims[kMaxKeyDims + i] != ref.strides[i]) return false;
+      return true;
+    }
+
+    void view(const TensorRef& ref) {
+      const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
+      const size_t nbytes =
+          at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
+      if (!tensor.defined()) {
+        storage = c10::Storage(c10::Storage::use_byte_size_t(), 0,
+                               c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),
+                               /*allocator=*/nullptr, /*resizable=*/false);
+        tensor = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
+      }
+      storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+      storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+      c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+      if (tensor.dtype() != meta) impl->set_storage_and_dtype(storage, meta);
+      impl->set_sizes_and_strides(ref.sizes, ref.strides, /*storage_offset=*/0);
+      dtype = ref.dtype;
+      dim = ref.sizes.size() <= kMaxKeyDims ? ref.sizes.size() : kNoGeometry;
+      if (dim == kNoGeometry) return;  // held, not remembered
+      std::copy(ref.sizes.begin(), ref.sizes.end(), dims.begin());
+      std::copy(ref.strides.begin(), ref.strides.end(), dims.begin() + kMaxKeyDims);
+    }
+  };
+
+  struct Slot {
+    std::array<Entry, kEntries> entries;
+    size_t next = 0;
   };
   std::array<Slot, 4> slots_;
 };

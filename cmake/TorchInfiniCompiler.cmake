@@ -19,3 +19,10 @@ endif()
 # GCC 12 reports c10::SmallVector copies captured in lambdas as maybe
 # uninitialized (a known false positive).
 add_compile_options(-Wall -Wextra -Wno-unused-parameter -Wno-maybe-uninitialized)
+
+# Functions of the library call each other directly and may be inlined
+# across their own translation unit (with -Bsymbolic-functions at link time,
+# nothing can interpose them anyway).
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  add_compile_options(-fno-semantic-interposition)
+endif()

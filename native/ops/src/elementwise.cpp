@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <optional>
 
 #include "bridge.h"
@@ -56,6 +57,14 @@ void checkScalarFits(const at::Scalar& value, c10::ScalarType dtype) {
 
 bool isCpuScalar(const at::Tensor& t) { return t.is_cpu() && t.dim() == 0; }
 
+// An operand or result: the caller's tensor, borrowed, or one made here.
+// The caller's tensors are never copied: the first C++ copy of a tensor
+// Python holds increfs its Python object, which takes the GIL (that the
+// operator released), and dropping the copy takes it again.
+using Operand = c10::MaybeOwned<at::Tensor>;
+// The inputs of an elementwise operator, by reference.
+using Inputs = std::initializer_list<std::reference_wrapper<const at::Tensor>>;
+
 bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 // `t` in the result dtype `dtype`, cast on the device where it differs:
@@ -63,37 +72,38 @@ bool isReducedFloat(c10::ScalarType t) { return t == at::kHalf || t == at::kBFlo
 // kernels read a one-element operand unrounded in the math type (float16
 // and bfloat16 results: x * torch.tensor(2049) multiplies by 2049, not by
 // its float16 2048): the call goes to the fallback.
-at::Tensor promoted(const char* name, const at::Tensor& t, c10::ScalarType dtype,
-                    const char* what) {
-  if (t.scalar_type() == dtype) return t;
+Operand promoted(const char* name, Operand t, c10::ScalarType dtype, const char* what) {
+  if (t->scalar_type() == dtype) return t;
   TORCH_CHECK_NOT_IMPLEMENTED(
-      !(isReducedFloat(dtype) && t.numel() == 1), name, ": ", what, " (", t.scalar_type(),
+      !(isReducedFloat(dtype) && t->numel() == 1), name, ": ", what, " (", t->scalar_type(),
       ", one element) of a ", dtype,
       " result is read unrounded by PyTorch's kernels, which casting it first would not do");
   KernelProvider& k = kernels();
-  TORCH_CHECK_NOT_IMPLEMENTED(k.supports(Op::Cast, t.scalar_type()) && k.supports(Op::Cast, dtype),
-                              name, ": ", what, " is ", t.scalar_type(), " and the result ", dtype,
+  TORCH_CHECK_NOT_IMPLEMENTED(k.supports(Op::Cast, t->scalar_type()) && k.supports(Op::Cast, dtype),
+                              name, ": ", what, " is ", t->scalar_type(), " and the result ", dtype,
                               ", which the '", k.name(), "' kernel provider cannot cast between");
-  return t.to(dtype);  // on the device, in stream order
+  return Operand::owned(t->to(dtype));  // on the device, in stream order
 }
 
 // Brings both operands of a binary operator to the same infini device and
 // the dtype PyTorch computes it in (type promotion), or raises naming what
 // does not fit.
-std::pair<at::Tensor, at::Tensor> binaryOperands(const char* name, Op op, const at::Tensor& self,
-                                                 const at::Tensor& other) {
+std::pair<Operand, Operand> binaryOperands(const char* name, Op op, const at::Tensor& self,
+                                           const at::Tensor& other) {
   const c10::ScalarType dtype = at::native::result_type(self, other);
-  at::Tensor a = self;
-  at::Tensor b = other;
-  if (isInfini(a) && isCpuScalar(b)) b = deviceScalar(b.item(), dtype, a);
-  if (isInfini(b) && isCpuScalar(a)) a = deviceScalar(a.item(), dtype, b);
-  TORCH_CHECK(isInfini(a) && isInfini(b),
+  Operand a = Operand::borrowed(self);
+  Operand b = Operand::borrowed(other);
+  if (isInfini(self) && isCpuScalar(other))
+    b = Operand::owned(deviceScalar(other.item(), dtype, self));
+  if (isInfini(other) && isCpuScalar(self))
+    a = Operand::owned(deviceScalar(self.item(), dtype, other));
+  TORCH_CHECK(isInfini(*a) && isInfini(*b),
               "Expected all tensors to be on the same device, but found at least two devices, ",
-              a.device(), " and ", b.device(), "!");
-  checkSameDevice(a, b);
+              a->device(), " and ", b->device(), "!");
+  checkSameDevice(*a, *b);
   requireKernel(name, op, dtype);
-  return {promoted(name, a, dtype, "the first operand"),
-          promoted(name, b, dtype, "the second operand")};
+  return {promoted(name, std::move(a), dtype, "the first operand"),
+          promoted(name, std::move(b), dtype, "the second operand")};
 }
 
 // The output geometry TensorIterator chose for inputs of given sizes and
@@ -105,11 +115,11 @@ class OutputGeometryCache {
  public:
   // The remembered output for `inputs`, allocated like `inputs[0]`; or
   // undefined when unknown.
-  at::Tensor find(std::initializer_list<at::Tensor> inputs) {
+  at::Tensor find(Inputs inputs) {
     makeKey(inputs);
     for (const Entry& e : entries_) {
       if (e.key == key_) {
-        const at::Tensor& like = *inputs.begin();
+        const at::Tensor& like = inputs.begin()->get();
         const int device = like.device().index();
         return emptyStridedLike(like, e.sizes, e.strides, currentStreamIdUnchecked(device));
       }
@@ -135,7 +145,7 @@ class OutputGeometryCache {
     c10::DimVector strides;
   };
 
-  void makeKey(std::initializer_list<at::Tensor> inputs) {
+  void makeKey(Inputs inputs) {
     key_.clear();
     for (const at::Tensor& t : inputs) {
       key_.push_back(t.dim());
@@ -151,17 +161,20 @@ class OutputGeometryCache {
 
 // Output geometry and checks from TensorIterator; `out` undefined allocates
 // (the geometry TensorIterator gave the same input layouts before, if any).
-at::Tensor elementwiseOutput(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
+// `out` itself (resized where TensorIterator resizes it) when defined.
+Operand elementwiseOutput(const at::Tensor& out, Inputs inputs) {
   thread_local OutputGeometryCache cache;
   if (!out.defined()) {
-    if (at::Tensor known = cache.find(inputs); known.defined()) return known;
+    if (at::Tensor known = cache.find(inputs); known.defined())
+      return Operand::owned(std::move(known));
   }
   at::TensorIteratorConfig config;
   config.set_check_mem_overlap(true).check_all_same_dtype(true).add_output(out);
   for (const at::Tensor& in : inputs) config.add_const_input(in);
-  at::Tensor result = config.build().output();
-  if (!out.defined()) cache.remember(result);
-  return result;
+  at::TensorIterator iter = config.build();
+  if (out.defined()) return Operand::borrowed(out);
+  cache.remember(iter.output());
+  return Operand::owned(at::Tensor(iter.output()));  // a new tensor: no Python object
 }
 
 void checkOutDtype(const char* name, const at::Tensor& out, c10::ScalarType dtype) {
@@ -206,9 +219,9 @@ bool scalarOperandCall(const at::Tensor& self, const at::Tensor& other) {
 // (scalarOperand): no device tensor is made for it. Float16/bfloat16 mul
 // must get it unrounded: a provider that cannot refuses (to the fallback).
 // nullopt: the generic path (the scalar taken to the device first).
-std::optional<at::Tensor> scalarOperandKernel(const char* name, Op op, const at::Tensor& out,
-                                              const at::Tensor& self, const at::Tensor& other,
-                                              const at::Scalar& alpha) {
+std::optional<Operand> scalarOperandKernel(const char* name, Op op, const at::Tensor& out,
+                                           const at::Tensor& self, const at::Tensor& other,
+                                           const at::Scalar& alpha) {
   const c10::ScalarType dtype = self.scalar_type();
   requireKernel(name, op, dtype);
   KernelProvider& k = kernels();
@@ -230,16 +243,18 @@ std::optional<at::Tensor> scalarOperandKernel(const char* name, Op op, const at:
     // TensorIterator computes for it (as in binaryKernel's fast path).
     if (out.defined() && !out.is_same(self) && out.storage().is_alias_of(self.storage()))
       at::assert_no_partial_overlap(out, self);
-    at::Tensor result =
-        out.defined() ? out : emptyLike(self, currentStreamIdUnchecked(self.device().index()));
-    if (result.numel() == 0) return result;
-    k.binaryScalar(op, toRef(result), toRef(self), scalar, alpha.toDouble(), streamOf(result));
+    Operand result =
+        out.defined()
+            ? Operand::borrowed(out)
+            : Operand::owned(emptyLike(self, currentStreamIdUnchecked(self.device().index())));
+    if (result->numel() == 0) return result;
+    k.binaryScalar(op, toRef(*result), toRef(self), scalar, alpha.toDouble(), streamOf(*result));
     return result;
   }
-  at::Tensor result = elementwiseOutput(out, {self});
-  if (result.numel() == 0) return result;
-  k.binaryScalar(op, toRef(result), expandedRef(self, result.sizes()), scalar, alpha.toDouble(),
-                 streamOf(result));
+  Operand result = elementwiseOutput(out, {self});
+  if (result->numel() == 0) return result;
+  k.binaryScalar(op, toRef(*result), expandedRef(self, result->sizes()), scalar, alpha.toDouble(),
+                 streamOf(*result));
   return result;
 }
 
@@ -254,10 +269,11 @@ void launchBinary(Op op, const TensorRef& out, const TensorRef& a, const TensorR
 }
 
 // Computes into `out` (undefined: a new tensor) and returns the result.
-at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
-                        const at::Tensor& other, const at::Scalar& alpha) {
+Operand binaryKernel(const char* name, Op op, const at::Tensor& out, const at::Tensor& self,
+                     const at::Tensor& other, const at::Scalar& alpha) {
   if (scalarOperandCall(self, other)) {
-    if (auto result = scalarOperandKernel(name, op, out, self, other, alpha)) return *result;
+    if (auto result = scalarOperandKernel(name, op, out, self, other, alpha))
+      return std::move(*result);
   }
   if (sameLayoutOperands(self, other) && (!out.defined() || sameLayoutOperands(out, self))) {
     // Fast path (most model code): same-shape dense operands and out= in
@@ -275,22 +291,23 @@ at::Tensor binaryKernel(const char* name, Op op, const at::Tensor& out, const at
     // One lookup of the current stream serves the allocation and the launch.
     const int device = self.device().index();
     const c10::StreamId stream_id = currentStreamIdUnchecked(device);
-    at::Tensor result = out.defined() ? out : emptyLike(self, stream_id);
-    if (result.numel() == 0) return result;
-    launchBinary(op, toRef(result), toRef(self), toRef(other), alpha,
+    Operand result =
+        out.defined() ? Operand::borrowed(out) : Operand::owned(emptyLike(self, stream_id));
+    if (result->numel() == 0) return result;
+    launchBinary(op, toRef(*result), toRef(self), toRef(other), alpha,
                  nativeStreamUnchecked(device, stream_id));
     return result;
   }
   auto [a, b] = binaryOperands(name, op, self, other);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
-    checkSameDevice(a, out);
-    checkOutDtype(name, out, a.scalar_type());
+    checkSameDevice(*a, out);
+    checkOutDtype(name, out, a->scalar_type());
   }
-  at::Tensor result = elementwiseOutput(out, {a, b});
-  if (result.numel() == 0) return result;
-  launchBinary(op, toRef(result), expandedRef(a, result.sizes()), expandedRef(b, result.sizes()),
-               alpha, streamOf(result));
+  Operand result = elementwiseOutput(out, {*a, *b});
+  if (result->numel() == 0) return result;
+  launchBinary(op, toRef(*result), expandedRef(*a, result->sizes()),
+               expandedRef(*b, result->sizes()), alpha, streamOf(*result));
   return result;
 }
 
@@ -302,7 +319,7 @@ at::Tensor& binaryInto(const char* name, Op op, at::Tensor& out, const at::Tenso
 
 at::Tensor binary(const char* name, Op op, const at::Tensor& self, const at::Tensor& other,
                   const at::Scalar& alpha) {
-  return binaryKernel(name, op, at::Tensor(), self, other, alpha);
+  return *binaryKernel(name, op, at::Tensor(), self, other, alpha);  // a new tensor: owned
 }
 
 void checkAlpha(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
@@ -385,8 +402,8 @@ using UnaryKernel = void (KernelProvider::*)(const TensorRef&, const TensorRef&,
 enum class OutResize { kIteratorOut, kContiguousOut };
 
 // Computes into `out` (undefined: a new tensor) and returns the result.
-at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
-                       const at::Tensor& out, OutResize resize) {
+Operand unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Tensor& self,
+                    const at::Tensor& out, OutResize resize) {
   checkInfiniTensor(name, "input", self);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
@@ -397,11 +414,10 @@ at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Te
   // Kernels that are not TensorIterator ops on the CPU (relu.out) resize an
   // empty out contiguously, not to the input's layout.
   if (resize == OutResize::kContiguousOut && out.defined() && out.numel() == 0) {
-    at::Tensor resized = out;
-    at::native::resize_output(resized, self.sizes());
+    at::native::resize_output(out, self.sizes());
   }
-  at::Tensor result = elementwiseOutput(out, {self});
-  if (result.numel() > 0) (kernels().*kernel)(toRef(result), toRef(self), streamOf(result));
+  Operand result = elementwiseOutput(out, {self});
+  if (result->numel() > 0) (kernels().*kernel)(toRef(*result), toRef(self), streamOf(*result));
   return result;
 }
 
@@ -409,8 +425,8 @@ at::Tensor unaryKernel(const char* name, Op op, UnaryKernel kernel, const at::Te
 #define TORCH_INFINI_DEFINE_UNARY(name, seam, method, resize)                                     \
   struct name##_unary {                                                                           \
     static at::Tensor functional(const at::Tensor& self) {                                        \
-      return unaryKernel(#name, Op::seam, &KernelProvider::method, self, at::Tensor(),            \
-                         OutResize::resize);                                                      \
+      return *unaryKernel(#name, Op::seam, &KernelProvider::method, self, at::Tensor(),           \
+                          OutResize::resize);                                                     \
     }                                                                                             \
     static at::Tensor& inplace(at::Tensor& self) {                                                \
       unaryKernel(#name "_", Op::seam, &KernelProvider::method, self, self,                       \

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <c10/util/MaybeOwned.h>
 #include <torch/library.h>
 
 #include "bridge.h"
@@ -22,7 +23,12 @@ bool gemmReadable(const at::Tensor& t) {
          (rs == 1 && cs >= std::max<int64_t>(1, rows));
 }
 
-at::Tensor gemmOperand(const at::Tensor& t) { return gemmReadable(t) ? t : t.contiguous(); }
+// `t` itself (borrowed: a copy of a tensor Python holds takes the GIL to
+// incref its Python object) or a contiguous copy.
+c10::MaybeOwned<at::Tensor> gemmOperand(const at::Tensor& t) {
+  return gemmReadable(t) ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                         : c10::MaybeOwned<at::Tensor>::owned(t.contiguous());
+}
 
 void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, int64_t dim) {
   checkInfiniTensor(name, "the first operand", a);
@@ -58,8 +64,11 @@ void gemmInto(const at::Tensor& result, const at::Tensor& a, const at::Tensor& b
   // Unless the provider writes any layout, the kernel writes a dense
   // row-major output; anything else goes via a temporary.
   const bool direct = result.is_contiguous() || kernels().gemmStridedOutput();
-  at::Tensor target = direct ? result : at::empty(result.sizes(), result.options());
-  kernels().gemm(toRef(target), toRef(gemmOperand(a)), toRef(gemmOperand(b)), c, alpha, beta,
+  const c10::MaybeOwned<at::Tensor> target_holder =
+      direct ? c10::MaybeOwned<at::Tensor>::borrowed(result)
+             : c10::MaybeOwned<at::Tensor>::owned(at::empty(result.sizes(), result.options()));
+  const at::Tensor& target = *target_holder;
+  kernels().gemm(toRef(target), toRef(*gemmOperand(a)), toRef(*gemmOperand(b)), c, alpha, beta,
                  streamOf(target));
   if (!direct) result.copy_(target);
 }
@@ -144,9 +153,10 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
   // The product is written before self is read: keep a copy when they share memory.
   const bool shares = out.defined() && self.defined() && isInfini(self) &&
                       out.storage().is_alias_of(self.storage());
-  const at::Tensor bias = shares ? self.clone() : self;
+  const c10::MaybeOwned<at::Tensor> bias = shares ? c10::MaybeOwned<at::Tensor>::owned(self.clone())
+                                                  : c10::MaybeOwned<at::Tensor>::borrowed(self);
   prepareOut("addmm.out", out, mat1, productShape(mat1, mat2));
-  addmmInto("addmm.out", out, bias, mat1, mat2, beta, alpha);
+  addmmInto("addmm.out", out, *bias, mat1, mat2, beta, alpha);
   return out;
 }
 

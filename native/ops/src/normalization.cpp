@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <utility>
 
 #include "bridge.h"
 #include "fallback.h"
@@ -38,26 +39,32 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
   TORCH_CHECK(input.size(-1) == n, "Given normalized_shape=", normalized_shape,
               ", expected input with shape [*, ", n, "], but got input of size", input.sizes());
 
-  at::Tensor weight;
+  // Tensors are borrowed where they can be: a copy of a tensor Python holds
+  // takes the GIL to incref its Python object.
+  c10::MaybeOwned<at::Tensor> weight;
   if (weight_opt.has_value() && weight_opt->defined()) {
-    weight = *weight_opt;
-    checkInfiniTensor(name, "weight", weight);
-    checkSameDevice(input, weight);
-    requireSameDtype(name, input.scalar_type(), weight.scalar_type(), "weight");
-    TORCH_CHECK(weight.dim() == 1 && weight.size(0) == n, name, ": expected weight of shape [", n,
-                "], got ", weight.sizes());
-    weight = weight.contiguous();
+    const at::Tensor& given = *weight_opt;
+    checkInfiniTensor(name, "weight", given);
+    checkSameDevice(input, given);
+    requireSameDtype(name, input.scalar_type(), given.scalar_type(), "weight");
+    TORCH_CHECK(given.dim() == 1 && given.size(0) == n, name, ": expected weight of shape [", n,
+                "], got ", given.sizes());
+    weight = given.expect_contiguous();
   } else {
-    weight = at::empty({n}, input.options()).fill_(1);  // no affine weight
+    at::Tensor ones = at::empty({n}, input.options());  // no affine weight
+    ones.fill_(1);
+    weight = c10::MaybeOwned<at::Tensor>::owned(std::move(ones));
   }
   const double eps_value =
       eps.has_value() ? *eps : static_cast<double>(std::numeric_limits<float>::epsilon());
 
   // The kernel reads rows with unit stride in the normalized dimension.
-  const at::Tensor x = input.stride(-1) == 1 ? input : input.contiguous();
+  const c10::MaybeOwned<at::Tensor> x =
+      input.stride(-1) == 1 ? c10::MaybeOwned<at::Tensor>::borrowed(input)
+                            : c10::MaybeOwned<at::Tensor>::owned(input.contiguous());
   at::Tensor out = emptyOnDevice(input, input.sizes());
   if (out.numel() > 0) {
-    kernels().rmsNorm(toRef(out), toRef(x), toRef(weight), static_cast<float>(eps_value),
+    kernels().rmsNorm(toRef(out), toRef(*x), toRef(*weight), static_cast<float>(eps_value),
                       streamOf(out));
   }
   return out;

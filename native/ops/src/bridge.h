@@ -42,12 +42,16 @@ inline TensorRef expandedRef(const at::Tensor& t, c10::IntArrayRef sizes) {
   TensorRef ref;
   ref.data = t.data_ptr();
   ref.dtype = t.scalar_type();
-  ref.device = isInfini(t) ? t.device().index() : -1;
-  const int64_t lead = static_cast<int64_t>(sizes.size()) - t.dim();
+  const c10::Device device = t.device();
+  ref.device = device.type() == c10::DeviceType::PrivateUse1 ? device.index() : -1;
+  const c10::IntArrayRef own_sizes = t.sizes();
+  const c10::IntArrayRef own_strides = t.strides();
+  const int64_t lead = static_cast<int64_t>(sizes.size()) - static_cast<int64_t>(own_sizes.size());
   for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    const bool broadcast = d < lead || (t.size(d - lead) == 1 && sizes[d] != 1);
+    const int64_t own = d - lead;  // t's dimension, where it has one
+    const bool broadcast = own < 0 || (own_sizes[own] == 1 && sizes[d] != 1);
     ref.sizes.push_back(sizes[d]);
-    ref.strides.push_back(broadcast ? 0 : t.stride(d - lead));
+    ref.strides.push_back(broadcast ? 0 : own_strides[own]);
   }
   return ref;
 }

@@ -12,6 +12,7 @@
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/fill_cpu_dispatch.h>
 #include <ATen/ops/mul_native.h>
+#include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
 #include <ATen/ops/silu_cpu_dispatch.h>
 
 #include <algorithm>
@@ -31,31 +32,27 @@ namespace {
 // they neither own nor free it. Every kernel needs a few, so each thread
 // that runs kernels (the caller inline, a stream worker in async mode) keeps
 // its own and repoints them per call instead of allocating new tensors.
-// Each slot keeps a few, one per geometry it saw last: a model's loop runs
-// its kernels over a handful of geometries, and repointing a tensor of the
-// right geometry is a store, while a new geometry recomputes the tensor's
-// contiguity and storage size.
+// Each slot keeps one per geometry, in a small table indexed by a hash of
+// the geometry: a model's loop runs its kernels over a few dozen
+// geometries, and repointing a tensor of the right geometry is a store,
+// while a new geometry recomputes the tensor's contiguity and storage size.
 class Aliases {
  public:
   // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
   // call for the same slot on this thread.
   const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
-    Slot& s = slots_[slot];
-    for (Entry& e : s.entries) {
-      if (e.holds(ref)) {
-        e.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
-            c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
-        return e.tensor;
-      }
+    Entry& e = slots_[slot][hashOf(ref) % kEntries];
+    if (e.holds(ref)) {
+      e.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+    } else {
+      e.view(ref);  // a new geometry, or another one with the same index
     }
-    Entry& e = s.entries[s.next];  // replaced round robin
-    s.next = (s.next + 1) % kEntries;
-    e.view(ref);
     return e.tensor;
   }
 
  private:
-  static constexpr size_t kEntries = 4;
+  static constexpr size_t kEntries = 32;
   static constexpr size_t kMaxKeyDims = 6;  // more dimensions are not remembered
   static constexpr size_t kNoGeometry = SIZE_MAX;
 
@@ -100,10 +97,16 @@ class Aliases {
     }
   };
 
-  struct Slot {
-    std::array<Entry, kEntries> entries;
-    size_t next = 0;
-  };
+  static size_t hashOf(const TensorRef& ref) {
+    uint64_t h = static_cast<uint64_t>(ref.dtype) * 0x9E3779B97F4A7C15ull + ref.sizes.size();
+    for (size_t i = 0; i < ref.sizes.size(); ++i) {
+      h = (h ^ static_cast<uint64_t>(ref.sizes[i])) * 0x100000001B3ull;
+      h = (h ^ static_cast<uint64_t>(ref.strides[i])) * 0x100000001B3ull;
+    }
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+
+  using Slot = std::array<Entry, kEntries>;
   std::array<Slot, 4> slots_;
 };
 
@@ -366,7 +369,8 @@ class HostKernels final : public KernelProvider {
         [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
           const int64_t n = x_ref.sizes.back();
           at::Tensor o = out0(o_ref);
-          at::native::copy_(o, at::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
+          at::native::copy_(
+              o, at::compositeimplicitautograd::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
         },
         out, x, weight);
   }

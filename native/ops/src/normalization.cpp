@@ -76,7 +76,8 @@ bool needsGradient(const at::Tensor& input, const std::optional<at::Tensor>& wei
           (weight.has_value() && weight->defined() && weight->requires_grad()));
 }
 
-at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+at::Tensor rms_norm_autograd(c10::DispatchKeySet keys, const at::Tensor& input,
+                             c10::SymIntArrayRef normalized_shape,
                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   if (needsGradient(input, weight)) {
     // PyTorch's decomposition, dispatched with autograd still active.
@@ -90,13 +91,17 @@ at::Tensor rms_norm_autograd(const at::Tensor& input, c10::SymIntArrayRef normal
                                   e.what_without_backtrace());
     }
   }
+  // On to the infini kernel below autograd: a redispatch, not a second call.
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
-  return at::rms_norm_symint(input, normalized_shape, weight, eps);
+  return at::_ops::rms_norm::redispatch(keys & c10::after_autograd_keyset, input, normalized_shape,
+                                        weight, eps);
 }
 
 // A call the kernel refuses (shape, dtype) runs in the CPU fallback.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { TORCH_INFINI_IMPL_OR_FALLBACK(m, "rms_norm", rms_norm); }
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", rms_norm_autograd); }
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("rms_norm", TORCH_FN(rms_norm_autograd));
+}
 
 }  // namespace
 }  // namespace torch_infini::ops

@@ -159,11 +159,18 @@ class OutputGeometryCache {
   Dims key_;
 };
 
+// This thread's cache, looked up once per call: inlined, each access to a
+// thread_local of a shared library would be a call (__tls_get_addr).
+[[gnu::noinline]] OutputGeometryCache& geometryCache() {
+  thread_local OutputGeometryCache cache;
+  return cache;
+}
+
 // Output geometry and checks from TensorIterator; `out` undefined allocates
 // (the geometry TensorIterator gave the same input layouts before, if any).
 // `out` itself (resized where TensorIterator resizes it) when defined.
 Operand elementwiseOutput(const at::Tensor& out, Inputs inputs) {
-  thread_local OutputGeometryCache cache;
+  OutputGeometryCache& cache = geometryCache();
   if (!out.defined()) {
     if (at::Tensor known = cache.find(inputs); known.defined())
       return Operand::owned(std::move(known));

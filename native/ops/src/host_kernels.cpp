@@ -110,7 +110,13 @@ class Aliases {
   std::array<Slot, 4> slots_;
 };
 
-thread_local Aliases aliases;
+// This thread's aliases, looked up once per kernel: each access to a
+// thread_local of a shared library is a call (__tls_get_addr), two for one
+// with a destructor.
+[[gnu::noinline]] Aliases& threadAliases() {
+  thread_local Aliases aliases;
+  return aliases;
+}
 
 // `value` as the 0-dim wrapped-number CPU tensor PyTorch makes of a Python
 // number operand (double, int64, bool or complex double), one kept per type
@@ -196,10 +202,6 @@ class OnViews final : public Structured {
 };
 
 // Output, first and second operand, weight.
-const at::Tensor& out0(const TensorRef& ref) { return aliases(ref, 0); }
-const at::Tensor& in1(const TensorRef& ref) { return aliases(ref, 1); }
-const at::Tensor& in2(const TensorRef& ref) { return aliases(ref, 2); }
-const at::Tensor& in3(const TensorRef& ref) { return aliases(ref, 3); }
 
 class HostKernels final : public KernelProvider {
  public:
@@ -234,8 +236,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& d, const TensorRef& s) {
-          at::Tensor o = out0(d);
-          at::native::copy_(o, in1(s));
+          Aliases& al = threadAliases();
+          at::Tensor o = al(d, 0);
+          at::native::copy_(o, al(s, 1));
         },
         dst, src);
   }
@@ -244,7 +247,8 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [value](const TensorRef& d) {
-          at::Tensor o = out0(d);
+          Aliases& al = threadAliases();
+          at::Tensor o = al(d, 0);
           at::cpu::fill_(o, value);
         },
         dst);
@@ -255,7 +259,7 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
-          Aliases& al = aliases;  // one thread-local lookup for all three
+          Aliases& al = threadAliases();
           const at::Tensor& o = al(o_ref, 0);
           const at::Tensor& a = al(a_ref, 1);
           const at::Tensor& b = al(b_ref, 2);
@@ -270,7 +274,7 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
-          Aliases& al = aliases;
+          Aliases& al = threadAliases();
           const at::Tensor& o = al(o_ref, 0);
           const at::Tensor& a = al(a_ref, 1);
           const at::Tensor& b = al(b_ref, 2);
@@ -291,7 +295,7 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [op, scalar, alpha](const TensorRef& o_ref, const TensorRef& x_ref) {
-          Aliases& al = aliases;
+          Aliases& al = threadAliases();
           const at::Tensor& o = al(o_ref, 0);
           const at::Tensor& x = al(x_ref, 1);
           const at::Tensor& wrapped = wrappedNumber(scalar);
@@ -317,8 +321,9 @@ class HostKernels final : public KernelProvider {
           stream,
           [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref,
                         const TensorRef& c_ref) {
-            at::Tensor o = out0(o_ref);
-            at::cpu::addmm_out(o, in3(c_ref), in1(a_ref), in2(b_ref), beta, alpha);
+            Aliases& al = threadAliases();
+            at::Tensor o = al(o_ref, 0);
+            at::cpu::addmm_out(o, al(c_ref, 3), al(a_ref, 1), al(b_ref, 2), beta, alpha);
           },
           out, a, b, *c);
       return;
@@ -326,12 +331,13 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
-          at::Tensor o = out0(o_ref);
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
           // beta = 0: the output's previous contents are ignored, as in Gemm.
           if (o_ref.dim() == 3) {
-            at::cpu::baddbmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::cpu::baddbmm_out(o, o, al(a_ref, 1), al(b_ref, 2), /*beta=*/0, alpha);
           } else {
-            at::cpu::addmm_out(o, o, in1(a_ref), in2(b_ref), /*beta=*/0, alpha);
+            at::cpu::addmm_out(o, o, al(a_ref, 1), al(b_ref, 2), /*beta=*/0, alpha);
           }
         },
         out, a, b);
@@ -346,8 +352,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          at::Tensor o = out0(o_ref);
-          at::cpu::clamp_min_out(o, in1(x_ref), 0);
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::cpu::clamp_min_out(o, al(x_ref, 1), 0);
         },
         out, x);
   }
@@ -356,8 +363,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          at::Tensor o = out0(o_ref);
-          at::cpu::silu_out(o, in1(x_ref));
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::cpu::silu_out(o, al(x_ref, 1));
         },
         out, x);
   }
@@ -368,9 +376,10 @@ class HostKernels final : public KernelProvider {
         stream,
         [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
           const int64_t n = x_ref.sizes.back();
-          at::Tensor o = out0(o_ref);
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
           at::native::copy_(
-              o, at::compositeimplicitautograd::rms_norm(in1(x_ref), {n}, in3(w_ref), eps));
+              o, at::compositeimplicitautograd::rms_norm(al(x_ref, 1), {n}, al(w_ref, 3), eps));
         },
         out, x, weight);
   }
@@ -380,8 +389,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          at::Tensor o = out0(o_ref);
-          at::native::copy_(o, siluAndMulReference(in1(x_ref)));
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, siluAndMulReference(al(x_ref, 1)));
         },
         out, x);
   }
@@ -391,8 +401,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
-          at::Tensor o = out0(o_ref);
-          at::native::copy_(o, swigluReference(in1(i_ref), in2(g_ref)));
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, swigluReference(al(i_ref, 1), al(g_ref, 2)));
         },
         out, input, gate);
   }
@@ -402,8 +413,9 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          at::Tensor o = out0(o_ref);
-          at::native::copy_(o, causalSoftmaxReference(in1(x_ref)));
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, causalSoftmaxReference(al(x_ref, 1)));
         },
         out, x);
   }
@@ -413,13 +425,13 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [dim](const TensorRef& o_ref, const std::vector<TensorRef>& in_refs) {
-          at::Tensor o = out0(o_ref);
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
           if (in_refs.size() <= 3) {
             // The common case (a KV cache, rotate_half): the CPU's own cat,
             // one pass, on the aliases this thread keeps.
             c10::SmallVector<at::Tensor, 3> inputs;
-            for (size_t i = 0; i < in_refs.size(); ++i)
-              inputs.push_back(aliases(in_refs[i], i + 1));
+            for (size_t i = 0; i < in_refs.size(); ++i) inputs.push_back(al(in_refs[i], i + 1));
             at::cpu::cat_out(o, inputs, dim);
             return;
           }
@@ -428,7 +440,7 @@ class HostKernels final : public KernelProvider {
           for (const TensorRef& in_ref : in_refs) {
             const int64_t size = in_ref.sizes[dim];
             at::Tensor slice = o.narrow(dim, offset, size);
-            at::native::copy_(slice, in1(in_ref));
+            at::native::copy_(slice, al(in_ref, 1));
             offset += size;
           }
         },
@@ -449,8 +461,9 @@ class HostKernels final : public KernelProvider {
           std::vector<at::Tensor> cpu_grads;
           cpu_grads.reserve(grad_refs.size());
           for (const TensorRef& g : grad_refs) cpu_grads.push_back(unownedCpu(g));
-          at::Tensor found = aliases(f_ref, 0);
-          at::_amp_foreach_non_finite_check_and_unscale_(cpu_grads, found, aliases(i_ref, 1));
+          Aliases& al = threadAliases();
+          at::Tensor found = al(f_ref, 0);
+          at::_amp_foreach_non_finite_check_and_unscale_(cpu_grads, found, al(i_ref, 1));
         },
         grads, found_inf, inv_scale);
   }
@@ -462,9 +475,10 @@ class HostKernels final : public KernelProvider {
         stream,
         [growth_factor, backoff_factor, growth_interval](
             const TensorRef& s_ref, const TensorRef& g_ref, const TensorRef& f_ref) {
-          at::Tensor s = aliases(s_ref, 0);
-          at::Tensor g = aliases(g_ref, 1);
-          at::_amp_update_scale_(s, g, aliases(f_ref, 2), growth_factor, backoff_factor,
+          Aliases& al = threadAliases();
+          at::Tensor s = al(s_ref, 0);
+          at::Tensor g = al(g_ref, 1);
+          at::_amp_update_scale_(s, g, al(f_ref, 2), growth_factor, backoff_factor,
                                  growth_interval);
         },
         scale, growth_tracker, found_inf);

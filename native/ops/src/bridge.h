@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/strides.h>
 
 #include "dims.h"
@@ -31,10 +32,13 @@ inline TensorRef toRef(const at::Tensor& t) {
   return ref;
 }
 
-// `t` broadcast to `sizes`: `t` itself when it has that shape already (a
-// view would be one more allocation), an expanded view otherwise.
-inline at::Tensor expandTo(const at::Tensor& t, c10::IntArrayRef sizes) {
-  return sameDims(t.sizes(), sizes) ? t : t.expand(sizes);
+// `t` broadcast to `sizes`: `t` itself, borrowed, when it has that shape
+// already (a view would be one more allocation, and a copy of a tensor
+// Python holds increfs its Python object under the GIL), an expanded view
+// otherwise.
+inline c10::MaybeOwned<at::Tensor> expandTo(const at::Tensor& t, c10::IntArrayRef sizes) {
+  return sameDims(t.sizes(), sizes) ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                                    : c10::MaybeOwned<at::Tensor>::owned(t.expand(sizes));
 }
 
 // toRef(t.expand(sizes)) without making the view (one allocation less).

@@ -139,32 +139,35 @@ void hostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     }
     return;
   }
-  at::Tensor staged = src;
-  bool direct = isDense(src) && sameLayout(src, dst) && !hasViewBits(src);
+  // src itself (borrowed: no copy of a tensor Python holds) or a dense
+  // copy in dst's layout.
+  const bool direct = isDense(src) && sameLayout(src, dst) && !hasViewBits(src);
+  c10::MaybeOwned<at::Tensor> staged = c10::MaybeOwned<at::Tensor>::borrowed(src);
   if (!direct) {
-    staged = at::empty_strided(dst.sizes(), dst.strides(), src.options());
-    staged.copy_(src);
+    staged = c10::MaybeOwned<at::Tensor>::owned(
+        at::empty_strided(dst.sizes(), dst.strides(), src.options()));
+    staged->copy_(src);
   }
   auto stream = streamOf(dst);
-  rt.memcpyAsync(dst.data_ptr(), staged.data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice,
+  rt.memcpyAsync(dst.data_ptr(), staged->data_ptr(), nbytesOf(dst), MemcpyKind::HostToDevice,
                  stream);
   // A staged copy lives in pageable memory that dies here: never async.
   // The pinned block is reused only after the copy (found by address, so
   // aliases of pinned memory count); memory the pinned allocator does not
   // own makes the copy synchronous.
   const bool async = non_blocking && direct && asyncCapable() &&
-                     recordPinnedUse(staged.data_ptr(), currentStream(dst.device().index()));
+                     recordPinnedUse(staged->data_ptr(), currentStream(dst.device().index()));
   if (!async) rt.synchronizeStream(stream);
 }
 
 // dst (CPU) = src (infini, same shape as dst).
 void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   auto& rt = runtime::get();
-  at::Tensor dense_src = src;
+  c10::MaybeOwned<at::Tensor> dense_src = c10::MaybeOwned<at::Tensor>::borrowed(src);
   if (!isDense(src)) {
     if (kernelCopies(src, src)) {
-      dense_src = at::empty(src.sizes(), src.options());
-      kernels().copy(toRef(dense_src), toRef(src), streamOf(src));
+      dense_src = c10::MaybeOwned<at::Tensor>::owned(at::empty(src.sizes(), src.options()));
+      kernels().copy(toRef(*dense_src), toRef(src), streamOf(src));
     } else {
       // The staged CPU view carries src's conj/neg bits, so the CPU's copy_
       // resolves them.
@@ -175,14 +178,14 @@ void deviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       return;
     }
   }
-  const bool direct = isDense(dst) && sameLayout(dst, dense_src) &&
+  const bool direct = isDense(dst) && sameLayout(dst, *dense_src) &&
                       dst.scalar_type() == src.scalar_type() && !hasViewBits(src) &&
                       !hasViewBits(dst);
   at::Tensor landing = direct ? dst
-                              : at::empty_strided(dense_src.sizes(), dense_src.strides(),
+                              : at::empty_strided(dense_src->sizes(), dense_src->strides(),
                                                   dst.options().dtype(src.scalar_type()));
   auto stream = streamOf(src);
-  rt.memcpyAsync(landing.data_ptr(), dense_src.data_ptr(), nbytesOf(landing),
+  rt.memcpyAsync(landing.data_ptr(), dense_src->data_ptr(), nbytesOf(landing),
                  MemcpyKind::DeviceToHost, stream);
   const bool async = non_blocking && direct && asyncCapable() &&
                      recordPinnedUse(dst.data_ptr(), currentStream(src.device().index()));
@@ -205,7 +208,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::assert_no_internal_overlap(dst);
   if (dst.numel() == 0) return dst;
   if (dst.is_same(src)) return dst;
-  at::Tensor expanded = expandTo(src, dst.sizes());
+  const c10::MaybeOwned<at::Tensor> expanded_holder = expandTo(src, dst.sizes());
+  const at::Tensor& expanded = *expanded_holder;
 
   if (isInfini(dst) && isInfini(src)) {
     if (src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg()) {
@@ -230,16 +234,17 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     // As the CPU's copy_: a source partially overlapping the destination
     // raises (the result would depend on the order elements are written).
     at::assert_no_partial_overlap(dst, src);
-    at::Tensor source = expanded;
     const at::MemOverlapStatus overlap = at::get_overlap_status(dst, expanded);
     if (overlap != at::MemOverlapStatus::No) {
       if (overlap == at::MemOverlapStatus::Full && dst.scalar_type() == src.scalar_type() &&
           dst.strides() == expanded.strides())
         return dst;
-      source = at::empty(expanded.sizes(), expanded.options());  // break the overlap
+      at::Tensor source = at::empty(expanded.sizes(), expanded.options());  // break the overlap
       deviceToDevice(source, expanded);
+      deviceToDevice(dst, source);
+      return dst;
     }
-    deviceToDevice(dst, source);
+    deviceToDevice(dst, expanded);
     return dst;
   }
   if (isInfini(dst)) {

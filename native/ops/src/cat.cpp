@@ -23,16 +23,17 @@ namespace {
 // kernels resize).
 class CatGeometry final : public at::meta::structured_cat {
  public:
-  // `like`: an input (the output's dtype and device).
-  CatGeometry(at::Tensor& out, const at::Tensor& like) : out_(out), like_(like) {}
+  // `like`: an input (the output's dtype and device); null for no inputs,
+  // which the meta step refuses.
+  CatGeometry(at::Tensor& out, const at::Tensor* like) : out_(out), like_(like) {}
 
   void set_output_raw_strided(int64_t /*output_idx*/, at::IntArrayRef sizes,
                               at::IntArrayRef strides, at::TensorOptions options) override {
     if (!out_.defined()) {
       const auto format = options.memory_format_opt();
-      if (like_.defined() && strides.empty() &&
+      if (like_ != nullptr && strides.empty() &&
           (!format.has_value() || *format == at::MemoryFormat::Contiguous)) {
-        out_ = emptyOnDevice(like_, sizes);  // the common case, without the dispatcher
+        out_ = emptyOnDevice(*like_, sizes);  // the common case, without the dispatcher
       } else {
         out_ = strides.empty() ? at::empty(sizes, options)
                                : at::empty_strided(sizes, strides, options);
@@ -52,7 +53,7 @@ class CatGeometry final : public at::meta::structured_cat {
 
  private:
   at::Tensor& out_;
-  const at::Tensor& like_;
+  const at::Tensor* like_;
 };
 
 // Refuses, before anything is allocated or resized, what the kernel does not
@@ -81,12 +82,7 @@ void checkCatOperands(const char* name, const at::MaterializedITensorListRef& in
 void catInto(const char* name, const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   const at::MaterializedITensorListRef inputs = tensors.materialize();
   checkCatOperands(name, inputs, out);
-  if (inputs.empty()) {  // the meta step raises PyTorch's error
-    at::Tensor none;
-    CatGeometry(out, none).meta(tensors, dim);
-    return;
-  }
-  CatGeometry geometry(out, inputs[0]);
+  CatGeometry geometry(out, inputs.empty() ? nullptr : &inputs[0].get());
   const auto precomputed = geometry.meta(tensors, dim);
   if (out.numel() == 0) return;
   std::vector<TensorRef> refs;

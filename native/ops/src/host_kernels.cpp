@@ -148,11 +148,13 @@ const at::Tensor& wrappedNumber(const c10::Scalar& value) {
   return t;
 }
 
-// The kernels call the CPU's kernels directly (at::cpu::*_out,
-// at::native::copy_), not through the dispatcher: the aliases are
-// internal, so autograd, ADInplaceOrView, CPU autocast, Python modes and
-// the profiler have nothing to do with them; the infini operator around
-// the kernel is what they see.
+// The kernels with a CPU kernel of their own call it directly
+// (at::cpu::*_out, at::native::copy_, structured impls), not through the
+// dispatcher: the aliases are internal, so autograd, ADInplaceOrView, CPU
+// autocast, Python modes and the profiler have nothing to do with them; the
+// infini operator around the kernel is what they see. The composites
+// (rms_norm, the fused operators' references, the GradScaler kernels) still
+// dispatch their parts.
 
 // A CPU tensor over `ref`'s memory that neither owns nor frees it (for
 // kernels with more tensors than the per-thread aliases hold).

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <tuple>
 
@@ -37,10 +38,26 @@ StreamTuple toTuple(const c10::Stream& s) {
   return {s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type())};
 }
 
-c10::Stream fromIds(int64_t stream_id, int device) {
-  return c10::Stream(
-      c10::Stream::UNSAFE,
-      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)), stream_id);
+// A device index from Python, where -1 means the current device: checked as
+// the 64-bit integer Python passed, before any narrowing (c10::DeviceIndex
+// is 8 bits: 256 would otherwise become device 0). An invalid index raises
+// torch.AcceleratorError, as torch.cuda's calls do.
+c10::DeviceIndex deviceArg(int64_t device) {
+  if (device == -1) return static_cast<c10::DeviceIndex>(torch_infini::currentDevice());
+  const int count = torch_infini::deviceCount();
+  if (device < 0 || device >= count) {
+    // (Clamped only for the message's type; the check above used all 64 bits.)
+    const int shown = device > std::numeric_limits<int>::max()   ? std::numeric_limits<int>::max()
+                      : device < std::numeric_limits<int>::min() ? std::numeric_limits<int>::min()
+                                                                 : static_cast<int>(device);
+    rt::throwInvalidDevice(shown, count, rt::get().name());
+  }
+  return static_cast<c10::DeviceIndex>(device);
+}
+
+c10::Stream fromIds(int64_t stream_id, int64_t device) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, deviceArg(device)), stream_id);
 }
 
 // c10 errors become the Python exception types PyTorch itself raises.
@@ -179,10 +196,8 @@ NB_MODULE(_C, m) {
   // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.
   // The allocator checks the index of a statistics call itself (as CUDA's
   // does); only "current device" (-1) is resolved here.
-  const auto statsDevice = [](int device) {
-    return static_cast<c10::DeviceIndex>(device < 0 ? torch_infini::currentDevice() : device);
-  };
-  m.def("_memory_stats", [statsDevice](int device) {
+  const auto statsDevice = [](int64_t device) { return deviceArg(device); };
+  m.def("_memory_stats", [statsDevice](int64_t device) {
     using c10::CachingDeviceAllocator::StatType;
     auto stats = torch_infini::deviceAllocator()->getDeviceStats(statsDevice(device));
     auto stat = [](const c10::CachingAllocator::Stat& s) {
@@ -220,10 +235,10 @@ NB_MODULE(_C, m) {
     result["oversize_segments"] = stat(stats.oversize_segments);
     return result;
   });
-  m.def("_reset_peak_memory_stats", [statsDevice](int device) {
+  m.def("_reset_peak_memory_stats", [statsDevice](int64_t device) {
     torch_infini::deviceAllocator()->resetPeakStats(statsDevice(device));
   });
-  m.def("_reset_accumulated_memory_stats", [statsDevice](int device) {
+  m.def("_reset_accumulated_memory_stats", [statsDevice](int64_t device) {
     torch_infini::deviceAllocator()->resetAccumulatedStats(statsDevice(device));
   });
   m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
@@ -232,29 +247,29 @@ NB_MODULE(_C, m) {
   m.def("_memory_snapshot", [] { return nb::steal(torch_infini::bindings::memorySnapshot()); });
 
   // The default generator of a device (-1: current), under its mutex.
-  auto withGenerator = [](int device, auto fn) {
-    at::Generator gen = torch_infini::defaultGenerator(static_cast<c10::DeviceIndex>(device));
+  auto withGenerator = [](int64_t device, auto fn) {
+    at::Generator gen = torch_infini::defaultGenerator(deviceArg(device));
     std::lock_guard<std::mutex> lock(gen.mutex());
     return fn(*gen.get<torch_infini::InfiniGenerator>());
   };
-  m.def("_rng_manual_seed", [withGenerator](int device, uint64_t seed) {
+  m.def("_rng_manual_seed", [withGenerator](int64_t device, uint64_t seed) {
     withGenerator(device, [seed](torch_infini::InfiniGenerator& g) {
       g.set_current_seed(seed);
       return 0;
     });
   });
-  m.def("_rng_seed", [withGenerator](int device) {
+  m.def("_rng_seed", [withGenerator](int64_t device) {
     return withGenerator(device, [](torch_infini::InfiniGenerator& g) { return g.seed(); });
   });
-  m.def("_rng_initial_seed", [withGenerator](int device) {
+  m.def("_rng_initial_seed", [withGenerator](int64_t device) {
     return withGenerator(device, [](torch_infini::InfiniGenerator& g) { return g.current_seed(); });
   });
-  m.def("_rng_get_state", [withGenerator](int device) {
+  m.def("_rng_get_state", [withGenerator](int64_t device) {
     return withGenerator(device, [](torch_infini::InfiniGenerator& g) {
       return std::make_pair(g.current_seed(), g.get_offset());
     });
   });
-  m.def("_rng_set_state", [withGenerator](int device, uint64_t seed, uint64_t offset) {
+  m.def("_rng_set_state", [withGenerator](int64_t device, uint64_t seed, uint64_t offset) {
     withGenerator(device, [seed, offset](torch_infini::InfiniGenerator& g) {
       g.set_current_seed(seed);
       g.set_offset(offset);
@@ -265,12 +280,25 @@ NB_MODULE(_C, m) {
   // Devices.
   m.def("_device_count", &torch_infini::deviceCount);
   m.def("_current_device", &torch_infini::currentDevice);
-  m.def("_set_device", &torch_infini::setCurrentDevice, nb::arg("device"));
-  m.def("_synchronize", &torch_infini::synchronizeDevice, nb::arg("device") = -1);
-  m.def("_get_device_name",
-        [](int device) { return rt::get().deviceName(torch_infini::resolveDevice(device)); });
-  m.def("_mem_get_info",
-        [](int device) { return rt::get().memGetInfo(torch_infini::resolveDevice(device)); });
+  m.def(
+      "_set_device", [](int64_t device) { torch_infini::setCurrentDevice(deviceArg(device)); },
+      nb::arg("device"));
+  // Waits without the GIL: other Python threads run meanwhile (and one of
+  // them may be what the wait is for).
+  m.def(
+      "_synchronize",
+      [](int64_t device) {
+        const c10::DeviceIndex index = deviceArg(device);
+        nb::gil_scoped_release release;
+        torch_infini::synchronizeDevice(index);
+      },
+      nb::arg("device") = -1);
+  m.def("_get_device_name", [](int64_t device) { return rt::get().deviceName(deviceArg(device)); });
+  m.def("_mem_get_info", [](int64_t device) {
+    const c10::DeviceIndex index = deviceArg(device);
+    nb::gil_scoped_release release;  // a device's memory query may synchronize
+    return rt::get().memGetInfo(index);
+  });
 
   // torch.Event.elapsed_time only accepts exact torch.Event objects, so the
   // torch.infini.Event subclass measures through here (event ids are the
@@ -284,12 +312,14 @@ NB_MODULE(_C, m) {
 
   // Streams, as (stream_id, device_index, device_type) triples that the
   // Python layer turns into torch.Stream objects.
-  m.def("_current_stream", [](int device) { return toTuple(torch_infini::currentStream(device)); });
-  m.def("_default_stream", [](int device) { return toTuple(torch_infini::defaultStream(device)); });
-  m.def("_exchange_stream", [](int64_t stream_id, int device) {
+  m.def("_current_stream",
+        [](int64_t device) { return toTuple(torch_infini::currentStream(deviceArg(device))); });
+  m.def("_default_stream",
+        [](int64_t device) { return toTuple(torch_infini::defaultStream(deviceArg(device))); });
+  m.def("_exchange_stream", [](int64_t stream_id, int64_t device) {
     return toTuple(torch_infini::exchangeStream(fromIds(stream_id, device)));
   });
-  m.def("_stream_native_handle", [](int64_t stream_id, int device) {
+  m.def("_stream_native_handle", [](int64_t stream_id, int64_t device) {
     return reinterpret_cast<uintptr_t>(torch_infini::nativeStream(fromIds(stream_id, device)));
   });
 }

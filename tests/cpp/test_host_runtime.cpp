@@ -295,6 +295,54 @@ void reRecordingAnEventKeepsAnEarlierWait() {
   rt.destroyStream(c);
 }
 
+// An async stream queues at most its depth: a submitter waits for room, as
+// on a device's launch queue, and continues once the worker takes items.
+void asyncQueueIsBoundedByItsDepth() {
+  constexpr size_t kDepth = 4;
+  HostRuntime rt(1, true, 0, kDepth);
+  StreamHandle s = rt.createStream(0);
+  auto& stream = HostRuntime::stream(s);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  stream.submit([&] {  // taken by the worker at once, then blocks it
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::atomic<int> submitted{0};
+  std::thread submitter([&] {
+    for (int i = 0; i < 10; ++i) {
+      stream.submit([&] { ran.fetch_add(1); });
+      submitted.fetch_add(1);
+    }
+  });
+  // The gate item may or may not have left the queue yet: at most depth
+  // (plus that one) items go in, then the submitter waits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int queued = submitted.load();
+  CHECK(queued >= static_cast<int>(kDepth) - 1 && queued <= static_cast<int>(kDepth));
+  CHECK(ran.load() == 0);
+  release = true;
+  submitter.join();
+  rt.synchronizeStream(s);
+  CHECK(submitted.load() == 10 && ran.load() == 10);
+  rt.destroyStream(s);
+}
+
+// Work running on the stream's own worker may queue more work on it even
+// when the queue is full (it would otherwise wait for itself).
+void theWorkerNeverWaitsForRoom() {
+  HostRuntime rt(1, true, 0, 1);
+  StreamHandle s = rt.createStream(0);
+  auto& stream = HostRuntime::stream(s);
+  std::atomic<int> ran{0};
+  stream.submit([&] {
+    for (int i = 0; i < 5; ++i) stream.submit([&] { ran.fetch_add(1); });
+  });
+  rt.synchronizeStream(s);
+  rt.synchronizeStream(s);
+  CHECK(ran.load() == 5);
+  rt.destroyStream(s);
+}
+
 }  // namespace
 
 int main() {
@@ -311,5 +359,7 @@ int main() {
       {"destroying a stream with a pending error does not raise",
        destroyingAStreamWithAPendingErrorDoesNotRaise},
       {"re-recording an event keeps an earlier wait", reRecordingAnEventKeepsAnEarlierWait},
+      {"async queue is bounded by its depth", asyncQueueIsBoundedByItsDepth},
+      {"the worker never waits for room", theWorkerNeverWaitsForRoom},
   });
 }

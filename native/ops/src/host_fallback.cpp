@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
+#include <cstring>
 #include <optional>
 #include <typeinfo>
 #include <utility>
@@ -162,6 +163,39 @@ class Aliaser {
   }
 
   const std::optional<c10::Device>& device() const { return device_.get(); }
+
+  // After the CPU kernel: whether it gave `alias` (the CPU alias of the
+  // mutable infini argument `target`) another storage, as set_ does. Then
+  // `target` takes the matching storage (an argument's, or a new device
+  // copy of the kernel's), and `alias` an empty storage of the pool's kind,
+  // so that the pool never lends out a storage some kernel made.
+  bool replacedStorage(const at::Tensor& target, const at::Tensor& alias) {
+    const c10::StorageImpl* now = alias.storage().unsafeGetStorageImpl();
+    const Entry* own = nullptr;
+    const Entry* other = nullptr;
+    for (const Entry& e : storages_) {
+      if (e.impl == target.storage().unsafeGetStorageImpl()) own = &e;
+      if (e.cpu.unsafeGetStorageImpl() == now) other = &e;
+    }
+    if (own != nullptr && other == own) return false;
+    c10::TensorImpl* impl = target.unsafeGetTensorImpl();
+    if (other != nullptr) {
+      impl->set_storage_keep_dtype(other->infini.storage());
+    } else {
+      const size_t nbytes = alias.storage().nbytes();
+      const int device = target.device().index();
+      c10::DataPtr data = allocateForHostAccess(device, nbytes, currentStreamIdUnchecked(device));
+      if (nbytes > 0) std::memcpy(data.get(), alias.storage().data(), nbytes);
+      impl->set_storage_keep_dtype(c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                                                std::move(data), deviceAllocator(),
+                                                /*resizable=*/true));
+    }
+    impl->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+    alias.unsafeGetTensorImpl()->set_storage_keep_dtype(
+        c10::Storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::kCPU),
+                     /*allocator=*/nullptr, /*resizable=*/false));
+    return true;
+  }
 
  private:
   // `t` as an infini tensor over the same memory, when the CPU kernel
@@ -312,6 +346,7 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   for (const auto& [index, alias] : mutable_aliases) {
     const at::Tensor& target = original[index].toTensor();
+    if (aliaser.replacedStorage(target, alias)) continue;
     if (!sameGeometry(*target.unsafeGetTensorImpl(), *alias.unsafeGetTensorImpl())) {
       // Same memory (the alias's storage cannot grow): only the geometry moved.
       target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),

@@ -10,6 +10,7 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/strides.h>
 #include <torch/library.h>
 
 #include "bridge.h"
@@ -73,11 +74,28 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
-// Grows the storage when the new geometry needs more bytes than it has.
+// Grows the storage when the new geometry needs more bytes than it has
+// (resize_ only: no other operator grows a storage).
 void ensureStorageBytes(const at::Tensor& self, size_t needed) {
   const c10::Storage& storage = self.storage();
   if (storage.nbytes() >= needed) return;
   resizeStorageBytes(storage, needed);
+}
+
+// As ATen's checkInBoundsForStorage: a geometry set on a storage must lie
+// inside it. Growing the storage instead would hand out bytes nobody wrote
+// (a checkpoint whose storage is shorter than its tensor would read freed
+// memory) and let a tiny file force a huge allocation.
+void checkInBoundsForStorage(c10::IntArrayRef size, c10::IntArrayRef stride, int64_t storage_offset,
+                             size_t itemsize, const c10::Storage& storage) {
+  const size_t bytes = at::detail::computeStorageNbytes(size, stride, itemsize);
+  if (bytes == 0) return;  // a tensor with a 0-size dimension fits any storage
+  const int64_t needed =
+      static_cast<int64_t>(bytes) + storage_offset * static_cast<int64_t>(itemsize);
+  TORCH_CHECK(needed <= static_cast<int64_t>(storage.nbytes()), "setStorage: sizes ", size,
+              ", strides ", stride, ", storage offset ", storage_offset, ", and itemsize ",
+              itemsize, " requiring a storage size of ", needed,
+              " are out of bounds for storage of size ", storage.nbytes());
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
@@ -107,22 +125,25 @@ at::Tensor& setStorage(at::Tensor& self, const c10::Storage& source, int64_t sto
               " sizes but ", stride.size(), " strides");
   for (int64_t s : size)
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+  const c10::DimVector strides =
+      stride.empty() ? c10::contiguous_strides(size) : c10::DimVector(stride.begin(), stride.end());
+  // Checked before anything changes: a refused call leaves `self` as it was.
+  checkInBoundsForStorage(size, strides, storage_offset, self.dtype().itemsize(), source);
   auto* impl = self.unsafeGetTensorImpl();
   if (impl->storage().unsafeGetStorageImpl() != source.unsafeGetStorageImpl()) {
     impl->set_storage_keep_dtype(source);
   }
-  if (stride.empty()) {
-    impl->set_sizes_contiguous(size);
-    impl->set_storage_offset(storage_offset);
-  } else {
-    impl->set_sizes_and_strides(size, stride, storage_offset);
-  }
-  const size_t itemsize = self.dtype().itemsize();
-  const size_t needed =
-      stride.empty() ? at::detail::computeStorageNbytesContiguous(size, itemsize, storage_offset)
-                     : at::detail::computeStorageNbytes(size, stride, itemsize, storage_offset);
-  ensureStorageBytes(self, needed);
+  impl->set_sizes_and_strides(size, strides, storage_offset);
   return self;
+}
+
+// Tensor.set_(): detaches the tensor from its storage, giving it a new empty
+// one on its device (as the CPU's set_cpu_ does).
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       allocateOnDevice(self.device().index(), 0), deviceAllocator(),
+                       /*resizable=*/true);
+  return setStorage(self, storage, 0, {0}, {});
 }
 
 at::Tensor& set_source_Storage_storage_offset(at::Tensor& self, c10::Storage source,
@@ -147,6 +168,26 @@ at::Tensor& set_source_Tensor(at::Tensor& self, const at::Tensor& source) {
                     source.strides());
 }
 
+// Whether `self.data = from` (and nn.Module.to(), which moves parameters
+// that way, keeping tied ones tied) may swap `from`'s storage and geometry
+// into `self`. PyTorch's own rule (TensorImpl::has_compatible_shallow_copy_type)
+// lists the dense backends it knows, not PrivateUse1; as CUDA's are, infini's
+// dense strided tensors are interchangeable with every dense backend's.
+// The operator is dispatched on both arguments, so this serves a CPU `self`
+// with an infini `from` too.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](c10::DispatchKeySet keys) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit,
+         c10::BackendComponent::MPSBit, c10::BackendComponent::HIPBit,
+         c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && keys.has_any(backends);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (dense(self.key_set()) && dense(from.key_set()));
+}
+
 // Tensor.record_stream: the block is not reused before work queued on
 // `stream` so far has run (the caching allocator defers its reuse).
 void record_stream(at::Tensor& self, c10::Stream stream) {
@@ -157,6 +198,7 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
@@ -172,6 +214,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_source_Storage_storage_offset);
   m.impl("set_.source_Storage", set_source_Storage);
   m.impl("set_.source_Tensor", set_source_Tensor);
+  m.impl("set_", set_empty);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "caching_allocator.h"
 #include "pinned_allocator.h"
@@ -26,6 +27,12 @@ struct Registration {
 
 }  // namespace
 
+void checkByteCount(const char* what, size_t bytes) {
+  TORCH_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int64_t>::max()), "infini: ", what,
+              " seems to have been called with negative number: ", static_cast<int64_t>(bytes),
+              " bytes (", bytes, " as an unsigned count)");
+}
+
 c10::DeviceAllocator* deviceAllocator() { return &cachingDeviceAllocator(); }
 
 c10::DataPtr allocateOnDevice(int device, size_t bytes) {
@@ -36,9 +43,20 @@ c10::DataPtr allocateOnValidDevice(int device, size_t bytes, c10::StreamId strea
   return cachingDeviceAllocator().allocateValid(device, bytes, stream);
 }
 
+c10::DataPtr allocateForHostAccess(int device, size_t bytes, c10::StreamId stream) {
+  c10::DataPtr block = allocateOnValidDevice(device, bytes, stream);
+  if (bytes > 0) {
+    runtime::DeviceRuntime& rt = runtime::get();
+    const runtime::StreamHandle native = nativeStreamUnchecked(device, stream);
+    if (!rt.queryStream(native)) rt.synchronizeStream(native);
+  }
+  return block;
+}
+
 void emptyDeviceCache() { cachingDeviceAllocator().emptyCacheAll(); }
 
 void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes) {
+  checkByteCount("resizing a storage", new_bytes);
   TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
   TORCH_CHECK(storage.device().type() == c10::DeviceType::PrivateUse1,
               "infini: resizeStorageBytes on a storage of ", storage.device());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "range_map.h"
+#include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 
@@ -230,6 +231,7 @@ class Allocator final : public CachingDeviceAllocator {
 
   c10::DataPtr allocateValid(int device, size_t bytes, c10::StreamId stream) override {
     const c10::Device where(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+    checkByteCount("allocating device memory", bytes);
     // Like CUDA's allocator: an empty tensor owns no memory and no statistics.
     if (bytes == 0) return c10::DataPtr(nullptr, where);
     DeviceCache& cache = cacheFor(device);

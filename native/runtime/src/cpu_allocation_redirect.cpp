@@ -154,7 +154,9 @@ class RedirectingCpuAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     const Target t = target;
     if (t.device < 0 || n == 0) return original_->allocate(n);
-    c10::DataPtr block = allocateOnValidDevice(t.device, n, t.stream);
+    // Written by the CPU kernel now, on this thread: no queued work may
+    // still touch the block.
+    c10::DataPtr block = allocateForHostAccess(t.device, n, t.stream);
     void* address = block.get();
     blocks().add(std::move(block));
     return {address, address, &freeRedirected, c10::Device(c10::kCPU)};

@@ -46,7 +46,9 @@ HostEvent& event(EventHandle handle) { return *static_cast<HostEvent*>(handle); 
 
 // ---------------------------------------------------------------- HostStream
 
-HostStream::HostStream(int device, bool async) : device_(device), async_(async) {
+HostStream::HostStream(int device, bool async, size_t queue_depth)
+    : device_(device), async_(async), queue_depth_(queue_depth) {
+  TORCH_CHECK(queue_depth_ >= 1, "infini: a host stream's queue depth must be at least 1");
   if (async_) worker_ = std::thread([this] { run(); });
 }
 
@@ -57,12 +59,17 @@ HostStream::~HostStream() {
     stopping_ = true;
   }
   work_ready_.notify_all();
+  room_.notify_all();
   worker_.join();
 }
 
 void HostStream::enqueue(Item item) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    // A full queue makes the caller wait; never the worker itself (work
+    // that queues more work on its own stream would wait for itself).
+    if (queue_.size() >= queue_depth_ && std::this_thread::get_id() != worker_.get_id())
+      room_.wait(lock, [this] { return queue_.size() < queue_depth_ || stopping_; });
     queue_.push_back(std::move(item));
     ++submitted_;
   }
@@ -85,6 +92,9 @@ void HostStream::run() {
     if (queue_.empty()) return;  // stopping with nothing left to do
     Item item = std::move(queue_.front());
     queue_.pop_front();
+    // Submitters waiting on a full queue resume once it is half empty: in
+    // batches, not one thread switch per item.
+    if (queue_.size() == queue_depth_ / 2) room_.notify_all();
     lock.unlock();
     std::exception_ptr failure;
     if (item.work) {
@@ -194,10 +204,11 @@ bool HostEvent::completionTime(std::chrono::steady_clock::time_point* out) {
 
 // --------------------------------------------------------------- HostRuntime
 
-HostRuntime::HostRuntime(int devices, bool async, size_t memory_limit)
+HostRuntime::HostRuntime(int devices, bool async, size_t memory_limit, size_t queue_depth)
     : devices_(devices),
       async_(async),
       memory_limit_(memory_limit),
+      queue_depth_(queue_depth),
       used_(static_cast<size_t>(devices), 0) {}
 
 HostRuntime::~HostRuntime() = default;
@@ -208,7 +219,11 @@ std::unique_ptr<HostRuntime> HostRuntime::fromEnvironment() {
               "TORCH_INFINI_HOST_DEVICES must be between 1 and 64, got ", devices);
   bool async = envInt("TORCH_INFINI_HOST_ASYNC", 0) != 0;
   size_t limit = static_cast<size_t>(envInt("TORCH_INFINI_HOST_MEMORY_LIMIT", 0));
-  return std::make_unique<HostRuntime>(static_cast<int>(devices), async, limit);
+  long depth =
+      envInt("TORCH_INFINI_HOST_QUEUE_DEPTH", static_cast<long>(HostStream::kDefaultQueueDepth));
+  TORCH_CHECK(depth >= 1, "TORCH_INFINI_HOST_QUEUE_DEPTH must be at least 1, got ", depth);
+  return std::make_unique<HostRuntime>(static_cast<int>(devices), async, limit,
+                                       static_cast<size_t>(depth));
 }
 
 Capabilities HostRuntime::capabilities() const {
@@ -320,7 +335,7 @@ void HostRuntime::memsetAsync(void* dst, int value, size_t bytes, StreamHandle s
 
 StreamHandle HostRuntime::createStream(int device) {
   checkDevice(device);
-  auto s = std::make_unique<HostStream>(device, async_);
+  auto s = std::make_unique<HostStream>(device, async_, queue_depth_);
   std::lock_guard<std::mutex> lock(mutex_);
   streams_.push_back(std::move(s));
   return streams_.back().get();

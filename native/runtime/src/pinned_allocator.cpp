@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "range_map.h"
+#include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 
@@ -39,6 +40,8 @@ struct HostBlock {
 class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t bytes) override {
+    // (Also bounds sizeClass's doubling, which would never end past 2^63.)
+    checkByteCount("allocating pinned host memory", bytes);
     std::lock_guard<std::mutex> lock(mutex_);
     processEvents();
     const size_t size = sizeClass(bytes);

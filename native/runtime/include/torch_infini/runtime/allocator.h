@@ -9,6 +9,20 @@
 
 namespace torch_infini {
 
+// Refuses a byte count above INT64_MAX: a negative size from Python (a
+// storage of -1 bytes) arrives as a huge size_t, whose rounding to a block
+// size would wrap to a small block. As the CPU's allocator does, with its
+// error type (RuntimeError); `what` names the allocation.
+void checkByteCount(const char* what, size_t bytes);
+
+// A block of `stream`'s pool that the calling thread may read and write now,
+// outside stream order (the CPU fallback's results and temporaries, where
+// device memory is host memory). A block freed on the stream is reused at
+// once in stream order, so it may still have queued work to run, freed by
+// another thread after this one synchronized: the stream's queued work is
+// waited for when there is any.
+c10::DataPtr allocateForHostAccess(int device, size_t bytes, c10::StreamId stream);
+
 // The allocator behind every `infini` tensor.
 c10::DeviceAllocator* deviceAllocator();
 // Allocates on `device` (not the current device); throws

@@ -45,7 +45,10 @@ using HostEventRecordPtr = std::shared_ptr<HostEventRecord>;
 // destroyed stream's unreported error becomes a warning).
 class HostStream {
  public:
-  HostStream(int device, bool async);
+  // An async stream queues at most `queue_depth` items; submitting more
+  // waits for room, as a device's launch queue does.
+  HostStream(int device, bool async, size_t queue_depth = kDefaultQueueDepth);
+  static constexpr size_t kDefaultQueueDepth = 1024;
   ~HostStream();
   HostStream(const HostStream&) = delete;
   HostStream& operator=(const HostStream&) = delete;
@@ -89,6 +92,8 @@ class HostStream {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
+  std::condition_variable room_;  // the queue fell below its depth
+  const size_t queue_depth_;
   std::deque<Item> queue_;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
@@ -133,11 +138,12 @@ class HostEvent {
 
 class HostRuntime final : public DeviceRuntime {
  public:
-  HostRuntime(int devices, bool async, size_t memory_limit);
+  HostRuntime(int devices, bool async, size_t memory_limit,
+              size_t queue_depth = HostStream::kDefaultQueueDepth);
   ~HostRuntime() override;
 
   // Reads TORCH_INFINI_HOST_DEVICES, TORCH_INFINI_HOST_ASYNC,
-  // TORCH_INFINI_HOST_MEMORY_LIMIT.
+  // TORCH_INFINI_HOST_MEMORY_LIMIT, TORCH_INFINI_HOST_QUEUE_DEPTH.
   static std::unique_ptr<HostRuntime> fromEnvironment();
 
   bool async() const { return async_; }
@@ -182,6 +188,7 @@ class HostRuntime final : public DeviceRuntime {
   const int devices_;
   const bool async_;
   const size_t memory_limit_;  // per device; 0 = host memory size
+  const size_t queue_depth_;   // per async stream
   std::mutex mutex_;
   std::vector<std::unique_ptr<HostStream>> streams_;
   std::mutex memory_mutex_;

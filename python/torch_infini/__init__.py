@@ -13,7 +13,11 @@ _version_guard.check_installed()
 
 import torch  # noqa: E402
 
-from . import _backend  # noqa: E402
+from . import _backend, _compile_cache  # noqa: E402
+
+# torch.compile's cache directories are checked (owner, mode) before anything
+# is registered, so a refused directory leaves `import torch_infini` retryable.
+_compile_cache.secure_directories()
 
 # 2. Select the backend: the environment is read once, here.
 _requested_backend = _backend.requested_from_environment()
@@ -57,7 +61,7 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
-from . import _compile_cache, _compile_fallback  # noqa: E402
+from . import _compile_fallback  # noqa: E402
 
 _compile_cache.install()  # torch.compile's caches keyed to torch_infini's code generation
 _compile_fallback.install()  # aot_eager for infini graphs where Inductor cannot serve them

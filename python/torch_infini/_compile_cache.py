@@ -9,14 +9,105 @@ the hash of that file) to ``torch.compiler.config.cache_key_tag``, which
 Inductor puts in every cache key. A tag set before (or through
 ``TORCH_COMPILE_CACHE_KEY_TAG``) is kept in front; one assigned after
 import replaces it.
+
+Inductor also loads that code (and pickles) from its cache directory, by
+default a fixed path under the system's temporary directory that it creates
+without checking who owns it: whoever else can write there runs code in
+every process that compiles. So at import torch_infini checks the
+directories Inductor will use (:func:`secure_directories`):
+``TORCHINDUCTOR_CACHE_DIR`` (or, unset, Inductor's default, which it then
+names there), Inductor's default in any case (some of its caches always
+live there) and ``TRITON_CACHE_DIR`` where set. A missing one is created
+with mode 0700; Inductor's default is narrowed to 0700; one not owned by
+this user, or that the group or others can write, or a symbolic link that
+another user owns, is refused with a PermissionError naming it.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
+import os
+import re
+import stat
+import tempfile
 from pathlib import Path
 
 import torch.compiler.config
+
+_ADVICE = (
+    "Inductor loads compiled code and pickled data from it, so whoever can write there "
+    "can run code in this process. Set TORCHINDUCTOR_CACHE_DIR to a directory only you "
+    "can write (torch_infini creates a missing one with mode 0700)"
+)
+
+
+def _refuse(path: str, origin: str, why: str) -> PermissionError:
+    return PermissionError(
+        f"torch_infini refuses the compile cache directory {path} ({origin}): {why}. {_ADVICE}."
+    )
+
+
+def _private_directory(path: str, origin: str, narrow: bool) -> str:
+    """`path`, absolute, once it is a directory owned by this user that
+    neither its group nor others can write (created with mode 0700 if
+    missing; with `narrow`, its mode made 0700)."""
+    path = os.path.abspath(path)
+    try:
+        os.makedirs(path, mode=0o700)
+    except FileExistsError:
+        pass
+    uid = os.geteuid()
+    link = os.lstat(path)
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (uid, 0):
+        raise _refuse(path, origin, f"it is a symbolic link owned by uid {link.st_uid}")
+    try:
+        st = os.stat(path)
+    except OSError as error:
+        raise _refuse(path, origin, f"it cannot be read ({error})") from error
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, origin, "it is not a directory")
+    if st.st_uid != uid:
+        raise _refuse(path, origin, f"it is owned by uid {st.st_uid}, not by this user (uid {uid})")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _refuse(path, origin, f"it is writable by its group or others (mode {mode:#o})")
+    if narrow and mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def default_cache_dir() -> str:
+    """Inductor's ``torch._inductor.runtime.cache_dir_utils.default_cache_dir``
+    (importing it would import Inductor and Dynamo: seconds, and Dynamo
+    creates the cache directory as it loads)."""
+    try:
+        username = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        username = f"uid_{os.getuid()}"
+    sanitized = re.sub(r'[\\/:*?"<>|]', "_", username)
+    from torch._environment import is_fbcode
+
+    base = "/var/tmp" if is_fbcode() else tempfile.gettempdir()
+    return os.path.join(base, "torchinductor_" + sanitized)
+
+
+def secure_directories() -> None:
+    """Checks (and creates) the cache directories torch.compile will use; see
+    the module's docstring."""
+    if not hasattr(os, "geteuid"):  # no POSIX owners and modes to check
+        return
+    default = _private_directory(
+        default_cache_dir(), "Inductor's default cache directory", narrow=True
+    )
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = default  # the directory just checked
+    else:
+        _private_directory(chosen, "TORCHINDUCTOR_CACHE_DIR", narrow=False)
+    triton = os.environ.get("TRITON_CACHE_DIR")
+    if triton is not None:
+        _private_directory(triton, "TRITON_CACHE_DIR", narrow=False)
 
 
 def tag() -> str:
@@ -27,6 +118,7 @@ def tag() -> str:
 
 
 def install() -> None:
+    secure_directories()
     ours = tag()
     existing = torch.compiler.config.cache_key_tag
     if ours not in existing:

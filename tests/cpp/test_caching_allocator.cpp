@@ -1,6 +1,7 @@
 // Unit tests of the caching device allocator through its c10 interface:
 // reuse in stream order, statistics, record_stream, empty_cache.
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -264,6 +265,26 @@ void concurrentThreadsOnTheirOwnStreams() {
     CHECK(alloc->getDeviceStats(d).allocation[kAgg].current == base[static_cast<size_t>(d)]);
 }
 
+// A byte count above INT64_MAX (a negative size from Python, as size_t) is
+// refused before any rounding, which would wrap it to a small block; the
+// pinned allocator's size classes would otherwise double forever.
+void byteCountsAboveInt64MaxAreRefused() {
+  const auto before = stats();
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 4095, size_t{1} << 63}) {
+    CHECK(throws<c10::Error>([&] { torch_infini::deviceAllocator()->allocate(bytes); }));
+    CHECK(throws<c10::Error>([&] { torch_infini::pinnedAllocator()->allocate(bytes); }));
+  }
+  const auto after = stats();
+  CHECK(after.num_device_alloc == before.num_device_alloc);
+  CHECK(after.allocated_bytes[kAgg].current == before.allocated_bytes[kAgg].current);
+  // A storage cannot be resized to one either; it keeps its bytes.
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 64,
+                       torch_infini::deviceAllocator()->allocate(64),
+                       torch_infini::deviceAllocator(), /*resizable=*/true);
+  CHECK(throws<c10::Error>([&] { torch_infini::resizeStorageBytes(storage, SIZE_MAX); }));
+  CHECK(storage.nbytes() == 64 && storage.data() != nullptr);
+}
+
 }  // namespace
 
 int main() {
@@ -280,5 +301,6 @@ int main() {
       {"random sequences keep blocks disjoint and statistics exact",
        randomSequencesKeepBlocksDisjointAndStatisticsExact},
       {"concurrent threads on their own streams", concurrentThreadsOnTheirOwnStreams},
+      {"byte counts above INT64_MAX are refused", byteCountsAboveInt64MaxAreRefused},
   });
 }

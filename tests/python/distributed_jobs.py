@@ -52,6 +52,13 @@ OPS = {
     "min": dist.ReduceOp.MIN,
     "product": dist.ReduceOp.PRODUCT,
 }
+# gloo's bitwise reductions (integral and bool tensors; it refuses the others)
+# and the fold of every rank's input each one computes.
+BITWISE_OPS = {
+    "band": (dist.ReduceOp.BAND, torch.bitwise_and),
+    "bor": (dist.ReduceOp.BOR, torch.bitwise_or),
+    "bxor": (dist.ReduceOp.BXOR, torch.bitwise_xor),
+}
 
 
 def short(dtype: torch.dtype) -> str:
@@ -82,10 +89,12 @@ class Job:
         report = {"rank": self.rank, "results": self.results, **self.extra}
         (self.out / f"rank{self.rank}.json").write_text(json.dumps(report))
 
-    def make(self, shape: Sequence[int], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    def make(
+        self, shape: Sequence[int], dtype: torch.dtype, seed: int, rank: int | None = None
+    ) -> torch.Tensor:
         """Rank-dependent CPU values of `dtype` (bounded, so sums and products
-        stay finite in float16)."""
-        g = torch.Generator().manual_seed(seed * 131 + self.rank)
+        stay finite in float16); those of this rank unless `rank` is given."""
+        g = torch.Generator().manual_seed(seed * 131 + (self.rank if rank is None else rank))
         if dtype == torch.bool:
             return torch.randint(0, 2, shape, generator=g).bool()
         if dtype.is_complex:
@@ -146,6 +155,27 @@ def collective_cases(job: Job) -> None:
                 return [x]
 
             job.case(f"all_reduce {op_name} {dt}", lambda f=all_reduce: same_as_cpu(job, f))
+
+        for op_name, (op, fold) in BITWISE_OPS.items():
+
+            def bitwise(device: torch.device, op: Any = op, dtype: torch.dtype = dtype) -> list:
+                x = job.make((3, 5), dtype, 70).to(device)
+                dist.all_reduce(x, op=op)
+                return [x]
+
+            def bitwise_case(
+                f: Any = bitwise, fold: Any = fold, dtype: torch.dtype = dtype
+            ) -> None:
+                same_as_cpu(job, f)
+                if dtype.is_floating_point or dtype.is_complex:
+                    return  # refused on the CPU, and same_as_cpu saw infini refuse alike
+                # Where gloo computes it, the CPU's answer is the bitwise fold.
+                expected = job.make((3, 5), dtype, 70, rank=0)
+                for r in range(1, world):
+                    expected = fold(expected, job.make((3, 5), dtype, 70, rank=r))
+                assert_same(f(job.device), [expected])
+
+            job.case(f"all_reduce {op_name} {dt}", bitwise_case)
 
         for src in range(world):
 
@@ -433,16 +463,24 @@ def job_init_forms(out: Path) -> None:
     job = Job(out)
     rank, world = job.rank, job.world
 
-    def form(name: str, **kwargs: Any) -> None:
+    def form(name: str, serves_cpu: bool, **kwargs: Any) -> None:
         store = dist.FileStore(str(out / f"store-{name}"), world)
         dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
         try:
             x = torch.full((3,), float(rank + 1), device=job.device)
             dist.all_reduce(x)
-            assert torch.equal(x.cpu(), torch.full((3,), float(sum(range(1, world + 1)))))
+            total = float(sum(range(1, world + 1)))
+            assert torch.equal(x.cpu(), torch.full((3,), total))
             group = dist.group.WORLD
             served_by = group._get_backend(job.device).name()  # the backend object itself
             assert served_by == "infini", served_by
+            if serves_cpu:  # as "cpu:gloo,cuda:nccl": CPU tensors through gloo
+                assert dist.get_backend() == "cpu:gloo,infini:infini", dist.get_backend()
+                assert group._get_backend(CPU).name() == "gloo", group._get_backend(CPU).name()
+                y = torch.full((2,), float(rank + 1))
+                dist.all_reduce(y)
+                assert torch.equal(y, torch.full((2,), total)), y
+                return
             try:
                 dist.all_reduce(torch.ones(2))
             except RuntimeError as e:
@@ -452,11 +490,17 @@ def job_init_forms(out: Path) -> None:
         finally:
             dist.destroy_process_group()
 
-    job.case('init_process_group(backend="infini")', lambda: form("named", backend="infini"))
-    job.case("init_process_group() on the infini accelerator", lambda: form("default"))
+    job.case(
+        'init_process_group(backend="infini")',
+        lambda: form("named", serves_cpu=False, backend="infini"),
+    )
+    job.case(
+        "init_process_group() on the infini accelerator: cpu:gloo,infini:infini",
+        lambda: form("default", serves_cpu=True),
+    )
     job.case(
         "init_process_group(device_id=infini device)",
-        lambda: form("device", device_id=job.device),
+        lambda: form("device", serves_cpu=False, device_id=job.device),
     )
 
     def default_for_device() -> None:
@@ -465,6 +509,22 @@ def job_init_forms(out: Path) -> None:
         assert dist.Backend.INFINI == "infini"
 
     job.case("get_default_backend_for_device", default_for_device)
+
+    def device_mesh() -> None:
+        # init_device_mesh makes the default group itself, without a backend
+        # (env:// from torchrun): the same group as init_process_group().
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("infini", (world,))
+        try:
+            assert dist.get_backend() == "cpu:gloo,infini:infini", dist.get_backend()
+            y = torch.full((2,), float(rank + 1))
+            dist.all_reduce(y, group=mesh.get_group())
+            assert torch.equal(y, torch.full((2,), float(sum(range(1, world + 1))))), y
+        finally:
+            dist.destroy_process_group()
+
+    job.case("init_device_mesh: cpu:gloo,infini:infini", device_mesh)
     job.write()
 
 
@@ -473,10 +533,16 @@ def job_init_forms(out: Path) -> None:
 
 def job_ddp(out: Path) -> None:
     """DDP trains an MLP and the Llama example on infini; each rank sees half
-    of every global batch. Reports the parameters' digests, the single-process
-    full-batch run on the CPU, and the step times of the same DDP on CPU/gloo."""
-    dist.init_process_group("cpu:gloo,infini:infini", timeout=timedelta(seconds=120))
+    of every global batch. Checks the parameters against the single-process
+    full-batch run on the CPU and against the same DDP on CPU/gloo in the same
+    group; reports the step times of both DDPs. ``INFINI_TEST_DIST_INIT=none``:
+    the group is made by ``init_process_group()`` without any argument."""
+    if os.environ.get("INFINI_TEST_DIST_INIT") == "none":
+        dist.init_process_group()
+    else:
+        dist.init_process_group("cpu:gloo,infini:infini", timeout=timedelta(seconds=120))
     job = Job(out)
+    job.extra["backend"] = str(dist.get_backend())
     rank, world = job.rank, job.world
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import llama  # the main job's model
@@ -558,7 +624,14 @@ def job_ddp(out: Path) -> None:
                     atol=1e-5,
                     msg=lambda m, pname=pname: f"{name}.{pname}: {m}",
                 )
-            _, cpu_times = train(name, CPU, distributed=True)  # the same DDP on CPU/gloo
+            cpu_ddp, cpu_times = train(name, CPU, distributed=True)  # the same DDP on CPU/gloo
+            pairs = zip(model.named_parameters(), cpu_ddp.parameters(), strict=True)
+            for (pname, p), ref in pairs:
+                torch.testing.assert_close(
+                    p.detach().cpu(),
+                    ref.detach(),
+                    msg=lambda m, pname=pname: f"{name}.{pname} against DDP on CPU/gloo: {m}",
+                )
             job.extra[f"{name}_step_s"] = {"infini": times[1:], "cpu_gloo": cpu_times[1:]}
 
         job.case(f"DDP {name}: ranks agree and match one process on the full batch", check)

@@ -89,7 +89,9 @@ def test_registered_for_the_infini_device() -> None:
 
 @pytest.mark.parametrize("staged", [False, True], ids=["in-place", "staged"])
 def test_every_collective_matches_gloo_on_cpu(tmp_path: Path, staged: bool) -> None:
-    """all_reduce (sum, avg, max, min, product), broadcast, reduce, all_gather
+    """all_reduce (sum, avg, max, min, product; band, bor, bxor, which gloo
+    computes on integral and bool tensors, checked against the bitwise fold of
+    every rank's input, and refuses on the others), broadcast, reduce, all_gather
     (list and into a tensor), reduce_scatter (list and tensor), all_to_all
     (list and single, uneven splits), gather, scatter, send/recv (blocking,
     async, batched, any source), barrier, coalescing, for every dtype gloo
@@ -104,17 +106,22 @@ def test_every_collective_matches_gloo_on_cpu(tmp_path: Path, staged: bool) -> N
 
 def test_init_forms(tmp_path: Path) -> None:
     """backend="infini", no backend on the infini accelerator, device_id=...,
-    and get_default_backend_for_device; a CPU tensor on an infini-only group
-    raises a RuntimeError naming the CPU."""
-    assert_all_ok(torchrun("init_forms", tmp_path), minimum=4)
+    and get_default_backend_for_device. Without a backend the group is
+    "cpu:gloo,infini:infini" (as "cpu:gloo,cuda:nccl"): CPU tensors go
+    through gloo, also for the group init_device_mesh makes. A CPU tensor on
+    an infini-only group raises a RuntimeError naming the CPU."""
+    assert_all_ok(torchrun("init_forms", tmp_path), minimum=5)
 
 
-def test_ddp_trains_mlp_and_llama_like_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("init", ["cpu:gloo,infini:infini", "none"], ids=["named", "no-argument"])
+def test_ddp_trains_mlp_and_llama_like_one_process(tmp_path: Path, init: str) -> None:
     """DDP over the infini backend: after a few SGD steps the parameters are
-    identical on every rank and equal (within float32 tolerance) to one
-    process training on the full batch on the CPU."""
-    reports = torchrun("ddp", tmp_path)
+    identical on every rank, equal (within float32 tolerance) to one process
+    training on the full batch on the CPU and to the same DDP on CPU/gloo.
+    ``no-argument``: the group comes from ``dist.init_process_group()``."""
+    reports = torchrun("ddp", tmp_path, {"INFINI_TEST_DIST_INIT": init})
     assert_all_ok(reports, minimum=2)
+    assert {r["backend"] for r in reports} == {"cpu:gloo,infini:infini"}
     for name in ("mlp", "llama"):
         assert all(f"{name}_step_s" in r for r in reports)
 

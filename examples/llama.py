@@ -2,8 +2,11 @@
 
 A compact Llama-style decoder in plain torch.nn: RMSNorm, rotary position
 embeddings, grouped-query causal attention with a KV cache, a SwiGLU MLP
-(its activation is torch.ops.infini.swiglu) and the attention's masked
-softmax as torch.ops.infini.causal_softmax: fused InfiniOps kernels.
+(on infini its activation is torch.ops.infini.swiglu) and the attention's
+masked softmax (on infini torch.ops.infini.causal_softmax): fused InfiniOps
+kernels. On the CPU, the reference, the model computes both with stock
+PyTorch operators, so the check does not compare the fused operators with
+their own CPU implementation.
 The same model (same initial weights, same batches) trains on the CPU and on
 ``infini:0`` for a few hundred AdamW steps on a synthetic task (reverse a
 sequence), then generates greedily with its KV cache. The two runs must
@@ -64,6 +67,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax of scores [..., t, total] over the keys, new token i seeing the
+    cache and new tokens up to itself (key j <= total - t + i).
+
+    On infini the fused kernel; on the CPU (the reference run) stock PyTorch:
+    the mask, then softmax."""
+    if scores.device.type != "cpu":
+        return torch_infini.ops.causal_softmax(scores)
+    t, total = scores.shape[-2:]
+    allowed = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+
+
+def swiglu(up: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """``up * silu(gate)``: on infini the fused kernel (InfiniOps' on the
+    Infini stack), on the CPU (the reference run) stock PyTorch, in float as
+    the kernel computes."""
+    if up.device.type != "cpu":
+        return torch_infini.ops.swiglu(up, gate)
+    wide = torch.float64 if up.dtype == torch.float64 else torch.float32
+    return (up.to(wide) * F.silu(gate.to(wide))).to(up.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -99,7 +125,7 @@ class Attention(nn.Module):
         # The new tokens see the cache and, causally, each other: a fused
         # kernel over [b * kv_heads * group, t, cache + t].
         total = k.shape[2]
-        probs = torch_infini.ops.causal_softmax(scores.reshape(-1, t, total))
+        probs = causal_softmax(scores.reshape(-1, t, total))
         y = probs.reshape(b, cfg.kv_heads, group * t, total) @ v
         y = y.reshape(b, cfg.heads, t, cfg.head_dim)
         return self.out(y.transpose(1, 2).reshape(b, t, cfg.dim))
@@ -113,9 +139,8 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(cfg.ffn, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # up(x) * silu(gate(x)) as one fused operator (InfiniOps' kernel on
-        # the Infini stack; on CPU tensors its reference).
-        return self.down(torch_infini.ops.swiglu(self.up(x), self.gate(x)))
+        # up(x) * silu(gate(x)): on infini one fused operator
+        return self.down(swiglu(self.up(x), self.gate(x)))
 
 
 class Block(nn.Module):

@@ -9,6 +9,8 @@ differ, so it is no oracle): bit for bit where infini runs the CPU's kernels
 (``host``), within float16/bfloat16 tolerances elsewhere. Whole models
 (Linear, an MLP, the Llama example) are checked operator by operator: every
 operator autocast lets through is run again on the CPU with the same inputs.
+A torch.ops.infini operator's oracle is its composition from stock PyTorch
+operators (fused_oracles.py), never its own CPU implementation.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fused_oracles
 import pytest
 import torch
 import torch_infini
@@ -298,26 +301,79 @@ def test_an_unsupported_dtype_warns_and_disables_autocast() -> None:
         assert (a @ a).dtype == torch.float32
 
 
-def test_fused_kernels_follow_the_policy_of_their_aten_counterparts() -> None:
-    x_cpu = make_cpu((3, 4), torch.bfloat16, seed=6)
+class _KernelInputs(TorchDispatchMode):
+    """Records the floating dtypes each torch.ops.infini operator receives
+    (below autocast: after its casts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: dict[str, list[torch.dtype]] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func._schema.name
+        if name.startswith("infini::"):
+            tensors = tree_flatten((args, kwargs or {}))[0]
+            self.dtypes[name] = [
+                t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()
+            ]
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("amp_dtype", AMP_DTYPES, ids=str)
+def test_fused_kernels_follow_the_policy_of_their_aten_counterparts(
+    amp_dtype: torch.dtype,
+) -> None:
+    """README: causal_softmax, topk_softmax and add_rms_norm run in float32
+    (softmax's and rms_norm's policy); swiglu is in no list. The kernels'
+    inputs are seen below autocast; results against the stock-PyTorch
+    compositions (fused_oracles) of the inputs cast as the policy says."""
+    x_cpu = make_cpu((3, 4), amp_dtype, seed=6)
     w_cpu = make_cpu((4,), torch.float32, seed=7)
+    g_cpu = make_cpu((5, 6), amp_dtype, seed=8)
     x, w = x_cpu.to(DEVICE), w_cpu.to(DEVICE)
+    g = g_cpu.to(DEVICE).requires_grad_()
     ops = torch.ops.infini
-    with torch.autocast("infini", dtype=torch.bfloat16):
-        soft = ops.causal_softmax(x)  # softmax: float32
-        normed, residual = ops.add_rms_norm(x, x, w, 1e-6)  # rms_norm: float32
-        gated = ops.swiglu(x, x)  # in no list: the inputs' dtype
-    assert (soft.dtype, normed.dtype, residual.dtype, gated.dtype) == (
-        torch.float32,
-        torch.float32,
-        torch.float32,
-        torch.bfloat16,
+    seen = _KernelInputs()
+    with torch_infini.cpu_fallback.allowed("silent"), seen:
+        with torch.autocast("infini", dtype=amp_dtype):
+            soft = ops.causal_softmax(x)  # softmax: float32
+            normed, residual = ops.add_rms_norm(x, x, w, 1e-6)  # rms_norm: float32
+            gated = ops.swiglu(x, x)  # in no list: the inputs' dtype
+            weights, experts, _ = ops.topk_softmax(g, 2, True, None, None)  # softmax: float32
+        weights.backward(torch.ones_like(weights))
+    f32 = torch.float32
+    assert seen.dtypes == {
+        "infini::causal_softmax": [f32],
+        "infini::add_rms_norm": [f32, f32, f32],
+        "infini::swiglu": [amp_dtype, amp_dtype],
+        "infini::topk_softmax": [f32],
+    }
+    assert (soft.dtype, normed.dtype, residual.dtype, gated.dtype, weights.dtype) == (
+        f32,
+        f32,
+        f32,
+        amp_dtype,
+        f32,
     )
-    assert_matches(soft, ops.causal_softmax(x_cpu.float()))
-    want_normed, want_residual = ops.add_rms_norm(x_cpu.float(), x_cpu.float(), w_cpu, 1e-6)
+    x32 = x_cpu.float()
+    assert_matches(soft, fused_oracles.causal_softmax(x32))
+    want_normed, want_residual = fused_oracles.add_rms_norm(x32, x32, w_cpu, 1e-6)
+    # the composition makes the kernel's float operations in its order
     assert_matches(normed, want_normed)
     assert_matches(residual, want_residual)
-    assert_matches(gated, ops.swiglu(x_cpu, x_cpu))
+    assert_matches(gated, fused_oracles.swiglu(x_cpu, x_cpu))
+    # topk: the renormalized weights divide where the kernel multiplies by
+    # the reciprocal: within float32 rounding, not bit for bit
+    g_oracle = g_cpu.clone().requires_grad_()
+    want_weights, want_experts, _ = fused_oracles.topk_softmax(g_oracle.float(), 2, True)
+    want_weights.backward(torch.ones_like(want_weights))
+    torch.testing.assert_close(
+        weights.detach().cpu(), want_weights.detach(), rtol=1.3e-6, atol=1e-7
+    )
+    assert torch.equal(experts.cpu(), want_experts)
+    # the gradient reaches the amp-dtype leaf through autocast's cast
+    assert g.grad is not None and g.grad.dtype == amp_dtype
+    torch.testing.assert_close(g.grad.cpu(), g_oracle.grad)
 
 
 # ------------------------------------------------------------ whole models
@@ -336,10 +392,24 @@ FLOAT32_OPS = {
 }
 
 
+# torch.ops.infini operators are replayed with their stock-PyTorch
+# composition, never with their own CPU implementation: (composition,
+# whether it rounds as the kernel does, so bit for bit on host).
+STOCK_FUSED: dict[str, tuple[Callable[..., Any], bool]] = {
+    "infini::causal_softmax": (fused_oracles.causal_softmax, True),
+    "infini::swiglu": (fused_oracles.swiglu, True),
+    "infini::silu_and_mul": (fused_oracles.silu_and_mul, True),
+    "infini::add_rms_norm": (fused_oracles.add_rms_norm, True),
+    # renormalize divides where the kernel multiplies by the reciprocal
+    "infini::topk_softmax": (fused_oracles.topk_softmax, False),
+}
+
+
 class CpuReplay(TorchDispatchMode):
     """Runs every operator that reaches infini (after autocast's casts) again
-    on the CPU with the same inputs and checks its results against those;
-    records the operators' output dtypes."""
+    on the CPU with the same inputs (a torch.ops.infini operator: its stock
+    composition) and checks its results against those; records the
+    operators' output dtypes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -356,14 +426,24 @@ class CpuReplay(TorchDispatchMode):
             self.outputs.append((name, results[0].dtype))
         if torch.Tag.nondeterministic_seeded in func.tags:
             return out  # another generator than the CPU's
-        want = func(*cpu_args, **cpu_kwargs)
+        same_kernel = True
+        if name.startswith("infini::"):
+            if name not in STOCK_FUSED:
+                self.failures.append(f"{name}: no stock-PyTorch oracle to replay it with")
+                return out
+            stock, same_kernel = STOCK_FUSED[name]
+            want = stock(*cpu_args, **cpu_kwargs)
+        else:
+            want = func(*cpu_args, **cpu_kwargs)
         if func._schema.is_mutable:  # in-place and out=: compare every argument
             results = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             want = (cpu_args, cpu_kwargs)
         expected = [t for t in tree_flatten(want)[0] if isinstance(t, torch.Tensor)]
         for got, reference in zip(results, expected, strict=True):
             try:
-                assert_matches(got, reference, device=None, **_tolerances(reference))
+                assert_matches(
+                    got, reference, device=None, same_kernel=same_kernel, **_tolerances(reference)
+                )
             except AssertionError as failure:
                 self.failures.append(f"{name}: {failure}")
         return out

@@ -1,16 +1,24 @@
 """torch.ops.infini's add_rms_norm, fused_add_rms_norm and rotary_embedding.
 
-The CPU implementation is checked against the definition (InfiniOps' kernel
-written in PyTorch, docs/fused_operators.md), then serves as the oracle for
-infini, where these run in the CPU fallback (InfiniOps has them for CUDA-like
-device types only): bit for bit, under the fallback's policy. Gradients of
-add_rms_norm and of the out-of-place rotary against PyTorch's autograd of
-the definition and gradcheck; the in-place forms refuse a gradient; opcheck
+The oracle is the definition composed from stock PyTorch operators
+(InfiniOps' kernels written in PyTorch, docs/fused_operators.md; here and in
+fused_oracles.py), never the operators' own C++ reference: the CPU
+implementation and infini (where these run in the CPU fallback: InfiniOps
+has them for CUDA-like device types only) are each compared with it, bit for
+bit, in every floating dtype. Gradients of add_rms_norm and of the
+out-of-place rotary, in every dtype, against PyTorch's autograd through the
+stock composition (computed in float, rounded once, as the fused backward
+promises) and gradcheck; the in-place forms refuse a gradient; opcheck
 checks the schemas (mutations, aliasing) and the Meta kernels.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any
+
+import fused_oracles
 import pytest
 import torch
 import torch_infini
@@ -29,14 +37,7 @@ def _wide(dtype: torch.dtype) -> torch.dtype:
 # ---------------------------------------------------------------- definitions
 
 
-def add_rms_norm_definition(
-    x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    dt, wide = x.dtype, _wide(x.dtype)
-    residual_out = (x.to(wide) + r.to(wide)).to(dt)
-    s = residual_out.to(wide)
-    rms = torch.rsqrt(s.square().mean(-1, keepdim=True) + eps)
-    return ((s * w.to(wide)) * rms).to(dt), residual_out
+add_rms_norm_definition = fused_oracles.add_rms_norm
 
 
 def rotary_definition(
@@ -122,43 +123,50 @@ def test_add_rms_norm_weight_of_another_dtype_and_strided_inputs() -> None:
         assert_matches(g, e, exact=True)
 
 
-def test_add_rms_norm_gradients() -> None:
-    x, r, w = (make_cpu(s, torch.float32, seed=i) for i, s in enumerate([(3, 8), (3, 8), (8,)]))
+@pytest.mark.parametrize(
+    ("dtype", "weight_dtype"),
+    [(d, d) for d in DTYPES] + [(torch.bfloat16, torch.float32)],
+    ids=str,
+)
+def test_add_rms_norm_gradients(dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
+    """Gradients of all three inputs against PyTorch's autograd through the
+    stock composition (fused_oracles.add_rms_norm), on the CPU and on infini.
+
+    Tolerances: PyTorch's defaults for the dtype. The fused backward
+    (RMSNorm's closed form, in float, rounded once) and autograd's chain of
+    float operations differ in the order of float32 operations only, so
+    after the one rounding they agree to an ulp of the dtype at most."""
+    x, r = make_cpu((3, 8), dtype, seed=0), make_cpu((3, 8), dtype, seed=1)
+    w = make_cpu((8,), weight_dtype, seed=2)
+    grad_out, grad_res = make_cpu((3, 8), dtype, seed=7), make_cpu((3, 8), dtype, seed=8)
 
     def leaves(device: str | torch.device) -> list[torch.Tensor]:
         return [t.detach().clone().to(device).requires_grad_() for t in (x, r, w)]
 
-    grad_out, grad_res = (
-        make_cpu((3, 8), torch.float32, seed=7),
-        make_cpu((3, 8), torch.float32, seed=8),
-    )
-    a = leaves("cpu")
-    out, res = ops.add_rms_norm(*a)
-    torch.autograd.backward([out, res], [grad_out, grad_res])
-    b = leaves("cpu")
-    d_out, d_res = add_rms_norm_definition(*b, 1e-6)
-    torch.autograd.backward([d_out, d_res], [grad_out, grad_res])
-    for got, want in zip(a, b, strict=True):
-        torch.testing.assert_close(got.grad, want.grad)
-    c = leaves(DEVICE)
+    oracle = leaves("cpu")
+    torch.autograd.backward(list(fused_oracles.add_rms_norm(*oracle, 1e-6)), [grad_out, grad_res])
+    cpu = leaves("cpu")
+    torch.autograd.backward(list(ops.add_rms_norm(*cpu)), [grad_out, grad_res])
+    on_infini = leaves(DEVICE)
     with torch_infini.cpu_fallback.allowed("silent"):
-        out, res = ops.add_rms_norm(*c)
+        out, res = ops.add_rms_norm(*on_infini)
         torch.autograd.backward([out, res], [grad_out.to(DEVICE), grad_res.to(DEVICE)])
-    for got, want in zip(c, a, strict=True):
-        assert_matches(got.grad, want.grad)
-    doubles = [t.double().requires_grad_() for t in (x, r, w)]
-    assert torch.autograd.gradcheck(lambda *t: ops.add_rms_norm(*t, 1e-3), doubles)
+    for name, want, got_cpu, got in zip("xrw", oracle, cpu, on_infini, strict=True):
+        assert want.grad is not None and want.grad.abs().max() > 0, name
+        torch.testing.assert_close(got_cpu.grad, want.grad, msg=lambda m, n=name: f"{n}: {m}")
+        assert got.grad is not None and got.grad.device.type == "infini", name
+        torch.testing.assert_close(got.grad.cpu(), want.grad, msg=lambda m, n=name: f"{n}: {m}")
+    if dtype == torch.float64:
+        doubles = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+        assert torch.autograd.gradcheck(lambda *t: ops.add_rms_norm(*t, 1e-3), doubles)
 
 
 def test_fused_add_rms_norm_in_place() -> None:
     for dtype in DTYPES:
         x, r = make_cpu((3, 2, 8), dtype, seed=9), make_cpu((3, 2, 8), dtype, seed=10)
         w = make_cpu((8,), dtype, seed=11)
-        wide = _wide(dtype)
-        s = (x.to(wide) + r.to(wide)).to(dtype)
-        sw = s.to(wide)
-        normed = sw * torch.rsqrt(sw.square().mean(-1, keepdim=True) + 1e-6)
-        for weight, expected in ((w, (normed * w.to(wide)).to(dtype)), (None, normed.to(dtype))):
+        for weight in (w, None):
+            expected, s = fused_oracles.fused_add_rms_norm(x, r, weight)
             xi, ri = x.to(DEVICE), r.to(DEVICE)
             version = xi._version
             with torch_infini.cpu_fallback.allowed("silent"):
@@ -168,7 +176,8 @@ def test_fused_add_rms_norm_in_place() -> None:
             assert xi._version > version
             xc, rc = x.clone(), r.clone()
             ops.fused_add_rms_norm(xc, rc, weight)
-            assert torch.equal(xc, expected) and torch.equal(rc, s)
+            assert_matches(xc, expected, device="cpu", exact=True)
+            assert_matches(rc, s, device="cpu", exact=True)
 
 
 def test_in_place_forms_refuse_a_gradient() -> None:
@@ -185,19 +194,21 @@ def test_in_place_forms_refuse_a_gradient() -> None:
 
 
 def test_bad_input_raises_the_cpu_error_on_every_device() -> None:
+    """Each bad argument raises its own RuntimeError (the check that names
+    it), on the CPU and, with the same message, on infini."""
     calls = {
-        "residual shape": lambda d: ops.add_rms_norm(
+        "residual must have the input's shape and dtype": lambda d: ops.add_rms_norm(
             torch.ones(2, 4, device=d), torch.ones(2, 5, device=d), torch.ones(4, device=d)
         ),
-        "weight shape": lambda d: ops.add_rms_norm(
+        "expected weight of shape [4], got [5]": lambda d: ops.add_rms_norm(
             torch.ones(2, 4, device=d), torch.ones(2, 4, device=d), torch.ones(5, device=d)
         ),
-        "integer": lambda d: ops.add_rms_norm(
+        "expected a floating-point input, got Int": lambda d: ops.add_rms_norm(
             torch.ones(2, 4, dtype=torch.int32, device=d),
             torch.ones(2, 4, dtype=torch.int32, device=d),
             torch.ones(4, device=d),
         ),
-        "rotary offset": lambda d: ops.rotary_embedding(
+        "rope_dim_offset 2 + rot_dim 8 must fit in head_size 8": lambda d: ops.rotary_embedding(
             torch.arange(2, device=d),
             torch.ones(2, 8, device=d),
             None,
@@ -206,22 +217,23 @@ def test_bad_input_raises_the_cpu_error_on_every_device() -> None:
             True,
             2,
         ),
-        "rotary heads": lambda d: ops.rotary_embedding(
-            torch.arange(2, device=d),
-            torch.ones(2, 12, device=d),
-            None,
-            8,
-            rope_cache(4, 8).to(d),
-            True,
+        "query's last dimension 12 is not a multiple of head_size 8": lambda d: (
+            ops.rotary_embedding(
+                torch.arange(2, device=d),
+                torch.ones(2, 12, device=d),
+                None,
+                8,
+                rope_cache(4, 8).to(d),
+                True,
+            )
         ),
     }
-    for name, call in calls.items():
-        with raises_exactly(RuntimeError, match="infini::") as cpu_error:
+    for message, call in calls.items():
+        with raises_exactly(RuntimeError, match=r"^infini::\w+: " + re.escape(message)):
             call("cpu")
         with torch_infini.cpu_fallback.allowed("silent"):
-            with raises_exactly(RuntimeError, match=str(cpu_error.value).split("\n")[0][:40]):
+            with raises_exactly(RuntimeError, match=r"^infini::\w+: " + re.escape(message)):
                 call(DEVICE)
-        assert name
 
 
 def test_refused_with_the_fallback_off() -> None:
@@ -239,23 +251,33 @@ def test_refused_with_the_fallback_off() -> None:
 # ---------------------------------------------------------------- rotary
 
 
+@pytest.mark.parametrize("inverse", [False, True], ids=["forward", "inverse"])
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_rotary_is_its_definition_and_infini_matches(dtype: torch.dtype, is_neox: bool) -> None:
+def test_rotary_is_its_definition_and_infini_matches(
+    dtype: torch.dtype, is_neox: bool, inverse: bool
+) -> None:
     positions = torch.tensor([3, 0, 7, 2, 2])
     head_size, rot = 8, 8
     cache = rope_cache(10, rot)
     q = make_cpu((5, 4 * head_size), dtype, seed=12)
     k = make_cpu((5, 2, head_size), dtype, seed=13)  # grouped: fewer key heads, split layout
-    expected_q = rotary_definition(positions, q, head_size, cache, is_neox)
-    expected_k = rotary_definition(positions, k, head_size, cache, is_neox)
+    expected_q = rotary_definition(positions, q, head_size, cache, is_neox, inverse=inverse)
+    expected_k = rotary_definition(positions, k, head_size, cache, is_neox, inverse=inverse)
+    # the two stock definitions (element by element; vectorized, for the
+    # gradients below) agree
+    for t, want in ((q, expected_q), (k, expected_k)):
+        vectorized = fused_oracles.rotary(positions, t, head_size, cache, is_neox, 0, inverse)
+        assert_matches(vectorized, want, device="cpu", exact=True)
     qc, kc = q.clone(), k.clone()
-    ops.rotary_embedding(positions, qc, kc, head_size, cache, is_neox)
+    ops.rotary_embedding(positions, qc, kc, head_size, cache, is_neox, inverse=inverse)
     assert_matches(qc, expected_q, device="cpu", exact=True)
     assert_matches(kc, expected_k, device="cpu", exact=True)
     qi, ki = q.to(DEVICE), k.to(DEVICE)
     with torch_infini.cpu_fallback.allowed("silent"):
-        ops.rotary_embedding(positions.to(DEVICE), qi, ki, head_size, cache.to(DEVICE), is_neox)
+        ops.rotary_embedding(
+            positions.to(DEVICE), qi, ki, head_size, cache.to(DEVICE), is_neox, inverse=inverse
+        )
     assert_matches(qi, expected_q, exact=True)
     assert_matches(ki, expected_k, exact=True)
 
@@ -299,42 +321,47 @@ def test_rotary_inverse_undoes_it() -> None:
     torch.testing.assert_close(turned, q)
 
 
-def test_apply_rotary_embedding_gradients() -> None:
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_apply_rotary_embedding_gradients(dtype: torch.dtype, is_neox: bool) -> None:
+    """Gradients of query and key (fewer heads, split layout) against
+    PyTorch's autograd through the stock rotation (fused_oracles.rotary), on
+    the CPU and on infini. Tolerances: PyTorch's defaults for the dtype (the
+    fused backward is the inverse rotation in float, autograd the adjoint of
+    each product: the same float operations up to their order, one rounding)."""
     positions = torch.tensor([1, 4, 0])
     cache = rope_cache(6, 8)
-    q, k = make_cpu((3, 2 * 8), torch.float32, seed=16), make_cpu((3, 8), torch.float32, seed=17)
-    gq, gk = make_cpu((3, 16), torch.float32, seed=18), make_cpu((3, 8), torch.float32, seed=19)
+    q, k = make_cpu((3, 2 * 8), dtype, seed=16), make_cpu((3, 1, 8), dtype, seed=17)
+    gq, gk = make_cpu((3, 16), dtype, seed=18), make_cpu((3, 1, 8), dtype, seed=19)
 
-    def run(device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(device: str | torch.device, rotate: Callable[..., Any]) -> tuple[torch.Tensor, ...]:
         qa = q.detach().clone().to(device).requires_grad_()
         ka = k.detach().clone().to(device).requires_grad_()
-        qo, ko = ops.apply_rotary_embedding(positions.to(device), qa, ka, 8, cache.to(device), True)
-        torch.autograd.backward([qo, ko], [gq.to(device), gk.to(device)])
+        outputs = rotate(positions.to(device), qa, ka, cache.to(device))
+        torch.autograd.backward(list(outputs), [gq.to(device), gk.to(device)])
+        assert qa.grad is not None and ka.grad is not None
         return qa.grad, ka.grad
 
-    # The derivative of the definition, by PyTorch's autograd on the formula.
-    qd, kd = q.clone().requires_grad_(), k.clone().requires_grad_()
-    half = 4
-    rows = cache[positions]
-    cos, sin = rows[:, None, :half], rows[:, None, half:]
+    def stock(p: torch.Tensor, qa: torch.Tensor, ka: torch.Tensor, c: torch.Tensor) -> tuple:
+        return tuple(fused_oracles.rotary(p, t, 8, c, is_neox) for t in (qa, ka))
 
-    def neox(t: torch.Tensor) -> torch.Tensor:
-        v = t.reshape(3, -1, 8)
-        x, y = v[..., :half], v[..., half:]
-        return torch.cat([x * cos - y * sin, y * cos + x * sin], -1).reshape(t.shape)
+    def fused(p: torch.Tensor, qa: torch.Tensor, ka: torch.Tensor, c: torch.Tensor) -> tuple:
+        return ops.apply_rotary_embedding(p, qa, ka, 8, c, is_neox)
 
-    torch.autograd.backward([neox(qd), neox(kd)], [gq, gk])
-    cpu_grads = run("cpu")
-    for got, want in zip(cpu_grads, (qd.grad, kd.grad), strict=True):
-        torch.testing.assert_close(got, want)
+    want = run("cpu", stock)
+    cpu_grads = run("cpu", fused)
     with torch_infini.cpu_fallback.allowed("silent"):
-        infini_grads = run(DEVICE)
-    for got, want in zip(infini_grads, cpu_grads, strict=True):
-        assert_matches(got, want, exact=True)
-    doubles = (q.double().requires_grad_(), k.double().requires_grad_())
-    assert torch.autograd.gradcheck(
-        lambda a, b: ops.apply_rotary_embedding(positions, a, b, 8, cache.double(), False), doubles
-    )
+        infini_grads = run(DEVICE, fused)
+    for name, w, c, i in zip(("query", "key"), want, cpu_grads, infini_grads, strict=True):
+        torch.testing.assert_close(c, w, msg=lambda m, n=name: f"CPU {n}: {m}")
+        assert i.device.type == "infini"
+        torch.testing.assert_close(i.cpu(), w, msg=lambda m, n=name: f"infini {n}: {m}")
+    if dtype == torch.float64:
+        doubles = (q.clone().requires_grad_(), k.clone().requires_grad_())
+        assert torch.autograd.gradcheck(
+            lambda a, b: ops.apply_rotary_embedding(positions, a, b, 8, cache.double(), is_neox),
+            doubles,
+        )
 
 
 # ---------------------------------------------------------------- schemas

@@ -1,23 +1,29 @@
 """torch.ops.infini's topk_softmax (MoE routing) and top_k_top_p_sample.
 
-topk_softmax: the CPU implementation against the definition (InfiniOps'
-kernel in plain PyTorch), infini (the CPU fallback) against the CPU bit for
-bit, gradients of the weights against autograd of the definition.
+The oracles are stock PyTorch (here and in fused_oracles.py), never the
+operators' own C++ reference.
+
+topk_softmax: the CPU implementation and infini (the CPU fallback) each
+against the definition (InfiniOps' kernel in plain PyTorch), in float16,
+bfloat16 and float32; gradients of the weights, in each dtype, against
+PyTorch's autograd through the definition.
 
 top_k_top_p_sample: which tokens can come out (top-k, top-p, both, the
 edge values), the frequencies against the kept softmax (a chi-square
 bound), one uniform per row from the device generator (torch.manual_seed
-and generator= reproduce; two draws differ), the same ids on CPU and
-infini for the same uniforms, argument errors.
+and generator= reproduce; two draws differ), the ids for given uniforms
+against the selection written in plain PyTorch (per-row k and p, every
+floating dtype, CPU and infini), argument errors.
 """
 
 from __future__ import annotations
 
+import fused_oracles
 import pytest
 import torch
 import torch_infini
 from infini_testing import raises_exactly
-from op_helpers import assert_matches, make_cpu
+from op_helpers import make_cpu
 from torch_infini import ops
 
 DEVICE = torch.device("infini", 0)
@@ -42,51 +48,72 @@ def topk_softmax_definition(
     return w, idx.int()
 
 
+ROUTING_DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
 @pytest.mark.parametrize("renormalize", [False, True], ids=["plain", "renormalize"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", ROUTING_DTYPES, ids=str)
 def test_topk_softmax_is_its_definition_and_infini_matches(
     dtype: torch.dtype, renormalize: bool
 ) -> None:
+    """Weights within float32 rounding (the definition divides by the sum
+    where the kernel multiplies by its reciprocal: an ulp apart; atol below
+    the default, as the weights are probabilities), ids bit for bit."""
     g = make_cpu((6, 8), dtype, seed=1)
     g[2, 3] = g[2, 5] = g[2].max() + 1  # a tie: expert 3 first
     bias = make_cpu((8,), torch.float32, seed=2) * 0.01
+    token_expert = (torch.arange(3)[None] * 6 + torch.arange(6)[:, None]).int()
     for b in (None, bias):
         want_w, want_i = topk_softmax_definition(g, 3, renormalize, b)
-        w, i, t = ops.topk_softmax(g, 3, renormalize, b)
-        torch.testing.assert_close(w, want_w, rtol=1.3e-6, atol=1e-7)
-        assert torch.equal(i, want_i)
-        assert torch.equal(t, (torch.arange(3)[None] * 6 + torch.arange(6)[:, None]).int())
+        stock = fused_oracles.topk_softmax(g, 3, renormalize, b)
+        torch.testing.assert_close(stock[0], want_w, rtol=1.3e-6, atol=1e-7)
+        assert torch.equal(stock[1], want_i) and torch.equal(stock[2], token_expert)
         with torch_infini.cpu_fallback.allowed("silent"):
             on_infini = ops.topk_softmax(
                 g.to(DEVICE), 3, renormalize, None if b is None else b.to(DEVICE)
             )
-        for got, want in zip(on_infini, (w, i, t), strict=True):
-            assert_matches(got, want, exact=True)
+        for device, (w, i, t) in (
+            ("cpu", ops.topk_softmax(g, 3, renormalize, b)),
+            (DEVICE, on_infini),
+        ):
+            assert w.device.type == torch.device(device).type
+            assert w.dtype == torch.float32 and i.dtype == t.dtype == torch.int32
+            torch.testing.assert_close(w.cpu(), want_w, rtol=1.3e-6, atol=1e-7)
+            assert torch.equal(i.cpu(), want_i), (device, i, want_i)
+            assert torch.equal(t.cpu(), token_expert)
 
 
-def test_topk_softmax_padding_and_gradients() -> None:
-    g = make_cpu((4, 6), torch.float32, seed=3)
+@pytest.mark.parametrize("dtype", ROUTING_DTYPES, ids=str)
+def test_topk_softmax_padding_and_gradients(dtype: torch.dtype) -> None:
+    """The gradient of the weights against PyTorch's autograd through the
+    definition (softmax in float of the logits, the chosen experts' values,
+    renormalized), rounded once to the logits' dtype; padding rows choose
+    as the others (their ids are -1) and get gradients too. Tolerances:
+    PyTorch's defaults for the dtype (the fused backward is softmax's closed
+    form in float, autograd's the chain of float operations: an ulp of the
+    dtype apart at most)."""
+    g = make_cpu((4, 6), dtype, seed=3)
     padding = torch.tensor([False, True, False, True])
-    w, i, _ = ops.topk_softmax(g, 2, True, None, padding)
-    assert (i[padding] == -1).all() and (i[~padding] >= 0).all()
-    assert torch.allclose(w.sum(-1), torch.ones(4))  # weights still written on padding rows
     grad = make_cpu((4, 2), torch.float32, seed=4)
     for renormalize in (False, True):
+        want = g.clone().requires_grad_()
+        want_w, want_i, _ = fused_oracles.topk_softmax(want, 2, renormalize, None, padding)
+        assert (want_i[padding] == -1).all() and (want_i[~padding] >= 0).all()
+        want_w.backward(grad)
+        assert want.grad is not None and want.grad[padding].abs().max() > 0
         a = g.clone().requires_grad_()
         wa, ia, _ = ops.topk_softmax(a, 2, renormalize, None, padding)
+        assert torch.equal(ia, want_i) and not ia.requires_grad
+        torch.testing.assert_close(wa, want_w.detach(), rtol=1.3e-6, atol=1e-7)
         wa.backward(grad)
-        b = g.clone().requires_grad_()
-        p = torch.softmax(b, -1)
-        chosen = p.topk(2, -1).indices
-        sel = p.gather(-1, chosen)
-        (sel / sel.sum(-1, keepdim=True) if renormalize else sel).backward(grad)
-        torch.testing.assert_close(a.grad, b.grad)
+        torch.testing.assert_close(a.grad, want.grad)
         c = g.to(DEVICE).requires_grad_()
         with torch_infini.cpu_fallback.allowed("silent"):
-            wc, _, _ = ops.topk_softmax(c, 2, renormalize, None, padding.to(DEVICE))
+            wc, ic, _ = ops.topk_softmax(c, 2, renormalize, None, padding.to(DEVICE))
             wc.backward(grad.to(DEVICE))
-        assert_matches(c.grad, a.grad)
-    assert not ia.requires_grad
+        assert torch.equal(ic.cpu(), want_i)
+        assert c.grad is not None and c.grad.device.type == "infini"
+        torch.testing.assert_close(c.grad.cpu(), want.grad)
 
 
 def test_topk_softmax_bad_input() -> None:
@@ -177,6 +204,37 @@ def test_sampler_draws_from_the_device_generator() -> None:
     cumulative = order.values.cumsum(-1)
     want = order.indices.gather(1, (cumulative < u.cpu()[:, None]).sum(-1, keepdim=True))
     assert torch.equal(ids.cpu(), want.squeeze(1))
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICE], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str
+)
+def test_sampler_picks_the_stock_selection_for_its_uniforms(
+    device: str | torch.device, dtype: torch.dtype
+) -> None:
+    """The ids for the uniforms the generator gives (one per row, drawn
+    first) are the selection written in plain PyTorch
+    (fused_oracles.top_k_top_p_select): per-row top_k and top_p with their
+    edge values, scalar ones, none; ties among the logits (bfloat16 and
+    float16 round many together) go to the lower id."""
+    rows = 48
+    logits = (make_cpu((rows, 40), torch.float32, seed=6) / 2).to(dtype)
+    logits[:, 3] = logits[:, 7] = logits.max(-1).values  # the top tied in every row
+    gen = torch.Generator().manual_seed(7)
+    top_k = torch.randint(-1, 45, (rows,), generator=gen)  # <= 0 and > V: no top-k
+    top_p = torch.rand(rows, generator=gen, dtype=torch.float64)
+    top_p[:4] = torch.tensor([0.0, 1.0, 1e-9, 0.999999])
+    on_device = logits.to(device)
+    for k, p in ((top_k, top_p), (top_k, None), (None, top_p), (torch.tensor([5]), 0.8)):
+        torch.manual_seed(21)
+        uniforms = torch.empty(rows, dtype=torch.float64, device=device).uniform_()
+        torch.manual_seed(21)
+        ids = ops.top_k_top_p_sample(on_device, k, p)
+        assert ids.device.type == torch.device(device).type and ids.dtype == torch.int64
+        p_tensor = torch.tensor([p], dtype=torch.float64) if isinstance(p, float) else p
+        want = fused_oracles.top_k_top_p_select(logits, k, p_tensor, uniforms.cpu())
+        assert torch.equal(ids.cpu(), want), (k, p, (ids.cpu() != want).nonzero())
 
 
 def test_sampler_bad_input() -> None:

@@ -196,7 +196,14 @@ NB_MODULE(_C, m) {
   // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.
   // The allocator checks the index of a statistics call itself (as CUDA's
   // does); only "current device" (-1) is resolved here.
-  const auto statsDevice = [](int64_t device) { return deviceArg(device); };
+  // An invalid index raises RuntimeError, as CUDA's statistics calls do.
+  const auto statsDevice = [](int64_t device) {
+    if (device == -1) return static_cast<c10::DeviceIndex>(torch_infini::currentDevice());
+    const int count = torch_infini::deviceCount();
+    TORCH_CHECK(device >= 0 && device < count, "Invalid device argument ", device,
+                ": did you call init? (infini has ", count, " device(s))");
+    return static_cast<c10::DeviceIndex>(device);
+  };
   m.def("_memory_stats", [statsDevice](int64_t device) {
     using c10::CachingDeviceAllocator::StatType;
     auto stats = torch_infini::deviceAllocator()->getDeviceStats(statsDevice(device));

@@ -125,6 +125,8 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::set_.source_Storage_storage_offset": "rebinds storage; not differentiable",
     "aten::set_.source_Storage": "rebinds storage; not differentiable",
     "aten::set_.source_Tensor": "rebinds storage; not differentiable",
+    "aten::set_": "detaches from its storage; not differentiable",
+    "aten::_has_compatible_shallow_copy_type": "a type query; no tensor result",
     "aten::record_stream": "allocator bookkeeping; no output",
     "aten::_local_scalar_dense": "returns a Python number (item())",
     "aten::_copy_from_and_resize": "the out= resize path of copies; see 'to infini' for _copy_from",

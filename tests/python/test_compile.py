@@ -2,21 +2,29 @@
 
 Where device memory is host memory (``host``, InfiniRT ``cpu``) Inductor's
 C++ code generation serves infini (torch_infini/_inductor.py). Every
-compiled result is checked against eager on infini and against the CPU.
+compiled result is checked against eager on infini and against the CPU, and
+every test that compiles checks that Inductor's generated kernels ran: a
+graph sent to ``aot_eager`` (torch_infini/_compile_fallback.py) runs the
+same ATen operators eagerly and would give the same values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 import torch_infini
 from infini_testing import llama_example
 from torch._dynamo.utils import counters
+from torch._inductor.graph import GraphLowering
+from torch.profiler import ProfilerActivity, profile
 from torch_infini import _compile_cache
 
 DEVICE = torch.device("infini", 0)
@@ -37,23 +45,66 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    assert a.device.type == "infini"
-    torch.testing.assert_close(a.cpu(), b.cpu(), rtol=1e-4, atol=1e-5)
+def _close(got: torch.Tensor, eager: torch.Tensor, cpu: torch.Tensor) -> None:
+    """``got`` (compiled, on infini) matches eager on infini and the CPU."""
+    assert got.device.type == "infini" and eager.device.type == "infini"
+    torch.testing.assert_close(got.cpu(), eager.cpu(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), cpu, rtol=1e-4, atol=1e-5)
+
+
+_KERNEL_DEFINITION = re.compile(r"^(cpp_fused_\w+) = async_compile\.cpp", re.MULTILINE)
+_KERNEL_CALL = re.compile(r"^([ \t]*)(cpp_fused_\w+)\(", re.MULTILINE)
+
+
+@contextlib.contextmanager
+def _inductor_kernels_run() -> Iterator[list[str]]:
+    """The block's torch.compile calls run Inductor's generated C++ kernels on infini.
+
+    Collects the wrapper code Inductor generates (``save_output_code`` sees
+    an FX graph cache hit too) and, with Inductor's kernel profiling on, the
+    kernels that ran (profiler events ``graph_<n>_<kernel>``). Afterwards:
+    code was generated (``aot_eager`` generates none), each kernel call
+    waits for infini's current stream first (the infini wrapper, not the
+    CPU's), and every kernel the code defines ran.
+    """
+    codes: list[str] = []
+    with (
+        mock.patch.object(GraphLowering, "save_output_code", codes.append),
+        torch._inductor.config.patch({"cpp.enable_kernel_profile": True}),
+        profile(activities=[ProfilerActivity.CPU]) as prof,
+    ):
+        yield codes
+    assert codes, "Inductor generated no code: the graph was compiled by another backend"
+    defined = {name for code in codes for name in _KERNEL_DEFINITION.findall(code)}
+    assert defined, "Inductor generated no C++ kernel"
+    for code in codes:
+        for call in _KERNEL_CALL.finditer(code):
+            indent, name = call.groups()
+            wait = f"{indent}torch.infini.current_stream(0).synchronize()\n"
+            assert code[: call.start()].endswith(wait), f"{name} is called without the stream wait"
+    ran = {e.name for e in prof.events() if "cpp_fused_" in e.name}
+    missing = [k for k in sorted(defined) if not any(e.endswith(f"_{k}") for e in ran)]
+    assert not missing, f"generated kernels that never ran: {missing} (ran: {sorted(ran)})"
 
 
 def test_a_fused_kernel_with_a_fallback_operator() -> None:
-    """relu, mul and add fuse into one C++ kernel; atan2 (no infini kernel)
-    runs as an ATen call in the CPU fallback between them."""
+    """atan2, abs, sub, relu, mul and add fuse into one C++ kernel; nanmedian
+    (Inductor's fallback, no infini kernel) runs before it as an ATen call
+    in the CPU fallback."""
 
     def f(a: torch.Tensor) -> torch.Tensor:
-        return torch.atan2(a, a.abs() + 1).relu() * 2 + a
+        median = a.nanmedian(-1, keepdim=True).values
+        return (torch.atan2(a, a.abs() + 1) - median).relu() * 2 + a
 
     x = torch.randn(33, 7)
     with torch_infini.cpu_fallback.allowed("silent"):
-        got = torch.compile(f)(x.to(DEVICE))
-    _close(got, f(x))
-    assert counters["inductor"]["pattern_matcher_count"] >= 0  # Inductor, not a fallback backend
+        eager = f(x.to(DEVICE))
+        torch_infini.cpu_fallback.reset_stats()
+        with _inductor_kernels_run() as codes:
+            got = torch.compile(f)(x.to(DEVICE))
+    _close(got, eager, f(x))
+    assert any("torch.ops.aten.nanmedian.dim(" in code for code in codes)
+    assert torch_infini.cpu_fallback.stats()["aten::nanmedian.dim_values"].calls == 1
     assert counters["stats"]["unique_graphs"] == 1
 
 
@@ -62,7 +113,7 @@ def test_mlp_forward_and_training_step_match_eager() -> None:
     cpu = torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.LogSoftmax(-1)
     )
-    dev = copy.deepcopy(cpu).to(DEVICE)
+    dev, eager_dev = copy.deepcopy(cpu).to(DEVICE), copy.deepcopy(cpu).to(DEVICE)
     x, y = torch.randn(12, 16), torch.randint(0, 8, (12,))
 
     def step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -71,11 +122,14 @@ def test_mlp_forward_and_training_step_match_eager() -> None:
         return loss
 
     compiled = torch.compile(step)
-    loss = compiled(dev, x.to(DEVICE), y.to(DEVICE))
+    with _inductor_kernels_run():  # forward and backward graphs
+        loss = compiled(dev, x.to(DEVICE), y.to(DEVICE))
+    with torch_infini.cpu_fallback.allowed("silent"):  # eager gelu, log_softmax, ...
+        eager = step(eager_dev, x.to(DEVICE), y.to(DEVICE))
     want = step(cpu, x, y)
-    _close(loss, want)
-    for p, q in zip(dev.parameters(), cpu.parameters(), strict=True):
-        _close(p.grad, q.grad)
+    _close(loss, eager, want)
+    for p, e, q in zip(dev.parameters(), eager_dev.parameters(), cpu.parameters(), strict=True):
+        _close(p.grad, e.grad, q.grad)
 
 
 def test_llama_forward_and_training_step_match_eager() -> None:
@@ -84,7 +138,10 @@ def test_llama_forward_and_training_step_match_eager() -> None:
     model = llama.Llama(llama.Config(layers=1))
     reference = llama.Llama(llama.Config(layers=1))
     reference.load_state_dict(model.state_dict())
+    eager_model = llama.Llama(llama.Config(layers=1))
+    eager_model.load_state_dict(model.state_dict())
     model.to(DEVICE)
+    eager_model.to(DEVICE)
     inputs, targets = llama.batch(4, 6, torch.Generator().manual_seed(0))
 
     def step(m: torch.nn.Module, x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -94,12 +151,17 @@ def test_llama_forward_and_training_step_match_eager() -> None:
         return logits, loss
 
     with torch_infini.cpu_fallback.allowed("silent"):
-        logits, loss = torch.compile(step)(model, inputs.to(DEVICE), targets.to(DEVICE))
+        with _inductor_kernels_run():
+            logits, loss = torch.compile(step)(model, inputs.to(DEVICE), targets.to(DEVICE))
+        eager_logits, eager_loss = step(eager_model, inputs.to(DEVICE), targets.to(DEVICE))
     want_logits, want_loss = step(reference, inputs, targets)
-    _close(logits, want_logits)
-    _close(loss, want_loss)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+    _close(logits, eager_logits, want_logits)
+    _close(loss, eager_loss, want_loss)
+    for (name, p), e, q in zip(
+        model.named_parameters(), eager_model.parameters(), reference.parameters(), strict=True
+    ):
         assert p.grad is not None, name
+        torch.testing.assert_close(p.grad.cpu(), e.grad.cpu(), rtol=1e-4, atol=1e-5, msg=name)
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
@@ -107,19 +169,25 @@ def test_a_new_shape_recompiles_and_dynamic_shapes_do_not() -> None:
     def f(a: torch.Tensor) -> torch.Tensor:
         return (a.sin() * a.cos()).sum(-1)
 
+    def eager(x: torch.Tensor) -> torch.Tensor:
+        with torch_infini.cpu_fallback.allowed("silent"):  # sin, cos
+            return f(x.to(DEVICE))
+
     static = torch.compile(f, dynamic=False)
-    for n in (5, 9):
-        x = torch.randn(n, 3)
-        _close(static(x.to(DEVICE)), f(x))
-    assert counters["stats"]["unique_graphs"] == 2
+    with _inductor_kernels_run() as codes:
+        for n in (5, 9):
+            x = torch.randn(n, 3)
+            _close(static(x.to(DEVICE)), eager(x), f(x))
+    assert counters["stats"]["unique_graphs"] == 2 and len(codes) == 2
 
     torch._dynamo.reset()
     counters.clear()
     dynamic = torch.compile(f, dynamic=True)
-    for n in (5, 9, 17):
-        x = torch.randn(n, 3)
-        _close(dynamic(x.to(DEVICE)), f(x))
-    assert counters["stats"]["unique_graphs"] == 1
+    with _inductor_kernels_run() as codes:
+        for n in (5, 9, 17):
+            x = torch.randn(n, 3)
+            _close(dynamic(x.to(DEVICE)), eager(x), f(x))
+    assert counters["stats"]["unique_graphs"] == 1 and len(codes) == 1
 
 
 def test_fused_infini_operators_trace_through_their_meta_kernels() -> None:
@@ -127,8 +195,10 @@ def test_fused_infini_operators_trace_through_their_meta_kernels() -> None:
         return torch.ops.infini.swiglu(x, gate) + 1
 
     x, gate = torch.randn(6, 8), torch.randn(6, 8)
-    got = torch.compile(f, fullgraph=True)(x.to(DEVICE), gate.to(DEVICE))
-    _close(got, f(x, gate))
+    with _inductor_kernels_run() as codes:
+        got = torch.compile(f, fullgraph=True)(x.to(DEVICE), gate.to(DEVICE))
+    _close(got, f(x.to(DEVICE), gate.to(DEVICE)), f(x, gate))
+    assert any("torch.ops.infini.swiglu.default(" in code for code in codes)
 
 
 def test_generated_kernels_wait_for_the_stream_and_later_work_sees_them() -> None:
@@ -143,10 +213,12 @@ def test_generated_kernels_wait_for_the_stream_and_later_work_sees_them() -> Non
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     compiled = torch.compile(f)
     da, db = a.to(DEVICE), b.to(DEVICE)
-    for _ in range(3):
-        out = compiled(da * 1, db)  # the producer is enqueued just before
-        after = out * 2
-        _close(after, f(a, b) * 2)
+    eager = f(da, db) * 2
+    with _inductor_kernels_run():
+        for _ in range(3):
+            out = compiled(da * 1, db)  # the producer is enqueued just before
+            after = out * 2
+            _close(after, eager, f(a, b) * 2)
 
 
 def test_compile_caches_are_keyed_to_this_code_generation() -> None:

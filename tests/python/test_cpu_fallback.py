@@ -131,7 +131,12 @@ def test_tensor_lists_in_and_out() -> None:
 
 def test_non_tensor_and_integer_results() -> None:
     (a, ai), (_, bi) = _pair((3, 4)), _pair((3, 4), seed=4)
-    assert torch.equal(ai, ai) and not torch.equal(ai, bi)
+    # Equal values in other memory, then one element apart (the CPU: True, False).
+    twin, off_by_one = a.to(DEVICE), a.clone()
+    off_by_one[-1, -1] += 1
+    assert torch.equal(a, twin.cpu()) and not torch.equal(a, off_by_one)
+    assert torch.equal(ai, twin) and not torch.equal(ai, off_by_one.to(DEVICE))
+    assert not torch.equal(ai, bi)
     assert torch.allclose(ai, ai.clone())
     values, indices = ai.max(dim=1)
     values_cpu, indices_cpu = a.max(dim=1)

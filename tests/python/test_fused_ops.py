@@ -1,22 +1,29 @@
-"""torch.ops.infini's fused operators against their CPU reference.
+"""torch.ops.infini's fused operators silu_and_mul, swiglu and causal_softmax.
 
-silu_and_mul and swiglu: every declared dtype (bit for bit where the host
-provider runs the reference, PyTorch's tolerances for InfiniOps' kernels),
-shapes from 1-D to 4-D, non-contiguous inputs, empty tensors, gradients
-against the reference's autograd (and gradcheck of the formula), the Meta
-kernel and PyTorch's opcheck, bad input raising the reference's errors, and
-undeclared dtypes served by the CPU fallback (or refused with it off).
+The oracle is each operator's composition from stock PyTorch operators
+(fused_oracles.py, docs/fused_operators.md), never the operators' own C++
+reference (which the host provider runs) or their autograd Function: in
+every dtype the backend declares (torch_infini.supported_dtypes), infini's
+results and gradients, and those of the CPU implementation, are compared
+with the composition's and with PyTorch's autograd through it. Bit for bit
+on host (the composition's ATen CPU kernels are the ones the reference
+runs), PyTorch's tolerances for InfiniOps' kernels. Shapes from 1-D to 4-D,
+non-contiguous inputs, empty tensors, infs, NaNs and signed zeros,
+infini:1, gradcheck of the formula, the Meta kernel and PyTorch's opcheck,
+bad input raising the documented errors, and undeclared dtypes served by the
+CPU fallback (or refused with it off).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import fused_oracles
 import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
-from infini_testing import raises_exactly
+from infini_testing import bit_patterns, raises_exactly, requires_two_devices
 from op_helpers import FLOAT_DTYPES, assert_matches, kernel_dtypes, make_cpu
 
 DEVICE = torch.device("infini", 0)
@@ -36,6 +43,26 @@ CALLS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., list[torch.Ten
     "infini::swiglu": (torch_infini.ops.swiglu, _swiglu_inputs),
     "infini::causal_softmax": (torch_infini.ops.causal_softmax, _silu_and_mul_inputs),
 }
+
+
+def _silu_and_mul_by_chunks(x: torch.Tensor) -> torch.Tensor:
+    """fused_oracles.silu_and_mul (the same values, bit for bit) with the halves
+    taken by ``chunk``: its backward concatenates the halves' gradients, where
+    two slices' backward adds each into zeros and turns a -0.0 into +0.0."""
+    gate, up = x.chunk(2, -1)
+    w = fused_oracles.wide(x.dtype)
+    return (F.silu(gate.to(w)) * up.to(w)).to(x.dtype)
+
+
+# The stock-PyTorch compositions: the values, and the gradients (PyTorch's
+# autograd through them).
+ORACLES: dict[str, Callable[..., torch.Tensor]] = {
+    "infini::silu_and_mul": fused_oracles.silu_and_mul,
+    "infini::swiglu": fused_oracles.swiglu,
+    "infini::causal_softmax": fused_oracles.causal_softmax,
+}
+GRAD_ORACLES = ORACLES | {"infini::silu_and_mul": _silu_and_mul_by_chunks}
+
 # Shapes valid for every operator (causal_softmax: [..., s, t], s <= t).
 SHAPES = [(3, 8), (2, 3, 16), (4, 4), (2, 5, 6), (0, 6)]
 
@@ -49,17 +76,172 @@ def _same_kernel() -> bool:
 DECLARED = [(op, dtype) for op in OPS for dtype in kernel_dtypes(op)]
 
 
+def _masked(shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+    """causal_softmax's masked entries of an input [..., s, t]: column j > t - s + i."""
+    s, t = shape[-2:]
+    return ~torch.ones(s, t, dtype=torch.bool).tril(t - s)
+
+
+def _assert_gradient(op: str, got: torch.Tensor | None, want: torch.Tensor, device: object) -> None:
+    """``got`` (on ``device``) is the oracle's gradient ``want``.
+
+    causal_softmax's masked entries: a zero of either sign here (the fused
+    backward's ``y * (grad - sum(grad * y))`` with y = 0 keeps the sign of
+    the bracket where the composition's masked_fill gives +0.0), compared
+    bit for bit in test_causal_softmax_masked_gradients_are_positive_zero."""
+    assert got is not None, "no gradient"
+    assert got.device == torch.device(device), f"gradient on {got.device}"
+    got = got.cpu()
+    if op == "infini::causal_softmax":
+        masked = _masked(got.shape).expand(got.shape)
+        assert bool((got[masked] == 0).all()), f"masked entries' gradient {got[masked]}"
+        got = got.masked_fill(masked, 0)
+    assert_matches(got, want, device="cpu", same_kernel=_same_kernel())
+
+
+def _gradients(
+    fn: Callable[..., torch.Tensor],
+    args: list[torch.Tensor],
+    grad: torch.Tensor,
+    device: str | torch.device,
+) -> list[torch.Tensor | None]:
+    leaves = [a.detach().clone().to(device).requires_grad_() for a in args]
+    fn(*leaves).backward(grad.to(device))
+    return [leaf.grad for leaf in leaves]
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize(("op", "dtype"), DECLARED, ids=str)
-def test_matches_the_cpu_reference(op: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+def test_matches_the_stock_composition(op: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     fn, inputs = CALLS[op]
     args = inputs(shape, dtype)
-    expected = fn(*args)
+    expected = ORACLES[op](*args)
+    assert_matches(fn(*args), expected, device="cpu", exact=True)  # the CPU implementation
     torch_infini.cpu_fallback.reset_stats()
     got = fn(*(a.to(DEVICE) for a in args))
     assert got.device == DEVICE
     assert_matches(got, expected, same_kernel=_same_kernel())
     assert torch_infini.cpu_fallback.stats() == {}  # served natively
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(("op", "dtype"), DECLARED, ids=str)
+def test_gradients_match_the_stock_composition(
+    op: str, dtype: torch.dtype, shape: tuple[int, ...]
+) -> None:
+    """Every input's gradient on infini and on the CPU against PyTorch's
+    autograd through the composition (in float, rounded once: the casts'
+    backward), for an upstream gradient of the output's dtype."""
+    fn, inputs = CALLS[op]
+    args = inputs(shape, dtype)
+    grad = make_cpu(tuple(ORACLES[op](*args).shape), dtype, seed=9)
+    wanted = _gradients(GRAD_ORACLES[op], args, grad, "cpu")
+    assert all(w is not None for w in wanted)
+    if grad.numel() > 0:
+        assert all(bool(w.abs().max() > 0) for w in wanted if w is not None)
+    on_cpu = _gradients(fn, args, grad, "cpu")
+    on_infini = _gradients(fn, args, grad, DEVICE)
+    for want, got_cpu, got in zip(wanted, on_cpu, on_infini, strict=True):
+        assert want is not None
+        _assert_gradient(op, got_cpu, want, "cpu")
+        _assert_gradient(op, got, want, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", kernel_dtypes("infini::causal_softmax"), ids=str)
+def test_causal_softmax_masked_gradients_are_positive_zero(dtype: torch.dtype) -> None:
+    """Masked entries get +0.0, as through PyTorch's masked_fill (the fused
+    backward's y * (grad - sum(grad * y)) once gave -0.0 or NaN there)."""
+    x = make_cpu((2, 5, 6), dtype, seed=3)
+    grad = make_cpu((2, 5, 6), dtype, seed=9)
+    (want,) = _gradients(fused_oracles.causal_softmax, [x], grad, "cpu")
+    assert want is not None
+    for device in ("cpu", DEVICE):
+        (got,) = _gradients(torch_infini.ops.causal_softmax, [x], grad, device)
+        assert got is not None
+        assert_matches(got, want, device=device, same_kernel=_same_kernel())
+
+
+# Values whose every rounding, sign and propagation is defined: signed zeros,
+# infinities, NaN, overflow of exp (88.0 in float, 6e4 and 3e38 beyond float16
+# range: inf there), underflow (-1e4, 1e-30).
+SPECIAL = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan")]
+SPECIAL += [88.0, -88.0, -1e4, 1e-30, 6e4, 3e38]
+
+
+def _special_grid(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every (gate, up) pair of SPECIAL values: two [n * n, 1] columns."""
+    v = torch.tensor(SPECIAL, dtype=torch.float64).to(dtype)
+    gate, up = torch.meshgrid(v, v, indexing="ij")
+    return gate.reshape(-1, 1), up.reshape(-1, 1)
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"), [(op, d) for op, d in DECLARED if op != "infini::causal_softmax"], ids=str
+)
+def test_special_values_match_the_stock_composition(op: str, dtype: torch.dtype) -> None:
+    """silu_and_mul and swiglu on every pair of special values, forward and
+    backward (upstream gradients of special values too), NaN payloads and
+    signs of zero included on host."""
+    gate, up = _special_grid(dtype)
+    args = [torch.cat([gate, up], -1)] if op == "infini::silu_and_mul" else [up, gate]
+    fn = CALLS[op][0]
+    expected = ORACLES[op](*args)
+    assert_matches(fn(*args), expected, device="cpu", exact=True)
+    assert_matches(fn(*(a.to(DEVICE) for a in args)), expected, same_kernel=_same_kernel())
+    cycle = torch.tensor([0.5, -0.5, 0.0, -0.0, float("inf"), float("nan"), 3.0]).to(dtype)
+    grad = cycle.repeat(expected.numel() // len(cycle) + 1)[: expected.numel()]
+    grad = grad.reshape(expected.shape)
+    wanted = _gradients(GRAD_ORACLES[op], args, grad, "cpu")
+    for device in ("cpu", DEVICE):
+        for got, want in zip(_gradients(fn, args, grad, device), wanted, strict=True):
+            assert want is not None
+            _assert_gradient(op, got, want, device)
+
+
+def _assert_same_nans_else_bits(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Bit for bit, except that a NaN matches any NaN: PyTorch's own softmax
+    writes different NaNs in float (its half-type kernels' intermediate) and
+    float16/bfloat16 (0xffff vs 0x7e00 from the same input), so a payload is
+    no part of the contract of a kernel that computes in float."""
+    got = got.cpu()
+    assert torch.equal(got.isnan(), want.isnan()), f"NaNs at {got.isnan()} != {want.isnan()}"
+    finite = ~want.isnan()
+    assert torch.equal(bit_patterns(got[finite]), bit_patterns(want[finite])), (got, want)
+
+
+@pytest.mark.parametrize("dtype", kernel_dtypes("infini::causal_softmax"), ids=str)
+def test_causal_softmax_special_values(dtype: torch.dtype) -> None:
+    """NaN and infinities in the masked entries do not leak into a row, -inf
+    and underflowing scores among the allowed ones weigh 0, huge scores
+    dominate, a row with +inf or NaN allowed is NaN (as PyTorch's softmax);
+    the gradient of the finite rows against the composition's."""
+    x = make_cpu((3, 4, 6), torch.float64, seed=5)  # s = 4, t = 6
+    masked = _masked(x.shape).expand(x.shape)
+    fill = torch.tensor([float("nan"), float("inf"), float("-inf"), 3e38], dtype=torch.float64)
+    x[masked] = fill.repeat(int(masked.sum()) // 4 + 1)[: int(masked.sum())]
+    x[0, 1, 0], x[0, 2, 1], x[0, 3, 3] = float("-inf"), -1e4, 6e4
+    x[1, 1, :3] = torch.tensor([-0.0, 0.0, -0.0])
+    x[1, 2, :5] = torch.tensor([6e4, 6e4, -6e4, 1.0, 88.0])  # finite in float16
+    finite_rows = x.clone()
+    x[2, 0, 1], x[2, 2, 0], x[2, 3, 5] = float("inf"), float("nan"), float("nan")
+    x = x.to(dtype)
+    expected = fused_oracles.causal_softmax(x)
+    assert bool(expected[2, 0].isnan().all()) and bool(expected[0].isfinite().all())
+    for got in (
+        torch_infini.ops.causal_softmax(x),
+        torch_infini.ops.causal_softmax(x.to(DEVICE)),
+    ):
+        if _same_kernel() or got.device.type == "cpu":
+            _assert_same_nans_else_bits(got, expected)
+        else:
+            assert_matches(got, expected)
+    rows = finite_rows[:2].to(dtype)
+    grad = make_cpu(tuple(rows.shape), dtype, seed=8)
+    (want,) = _gradients(fused_oracles.causal_softmax, [rows], grad, "cpu")
+    assert want is not None and bool(want.isfinite().all())
+    for device in ("cpu", DEVICE):
+        (got,) = _gradients(torch_infini.ops.causal_softmax, [rows], grad, device)
+        _assert_gradient("infini::causal_softmax", got, want, device)
 
 
 def test_causal_softmax_is_masked_softmax() -> None:
@@ -77,7 +259,7 @@ def test_causal_softmax_is_masked_softmax() -> None:
     torch_infini.cpu_fallback.reset_stats()
     with torch_infini.cpu_fallback.allowed("silent"):
         got4 = torch_infini.ops.causal_softmax(x4.to(DEVICE))
-    assert_matches(got4, torch_infini.ops.causal_softmax(x4), exact=True)
+    assert_matches(got4, fused_oracles.causal_softmax(x4), exact=True)
     assert "infini::causal_softmax" in torch_infini.cpu_fallback.stats()
 
 
@@ -94,15 +276,18 @@ def test_the_reference_is_the_unfused_formula() -> None:
         assert_matches(torch_infini.ops.silu_and_mul(h), exact, device="cpu", rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_non_contiguous_inputs(op: str) -> None:
+@pytest.mark.parametrize(("op", "dtype"), DECLARED, ids=str)
+def test_non_contiguous_inputs(op: str, dtype: torch.dtype) -> None:
     fn, inputs = CALLS[op]
-    args = [t.t() for t in inputs((8, 6), torch.float32)]  # [6, 8], transposed
-    expected = fn(*args)
+    args = [t.t() for t in inputs((8, 6), dtype)]  # [6, 8], transposed
     got = fn(*(relocate_view(a) for a in args))
-    assert_matches(got, expected, same_kernel=_same_kernel())
-    sliced = [t[:, 1::2] for t in inputs((3, 16), torch.float32)]  # strided last dim
-    assert_matches(fn(*(relocate_view(a) for a in sliced)), fn(*sliced), same_kernel=_same_kernel())
+    assert_matches(got, ORACLES[op](*args), same_kernel=_same_kernel())
+    sliced = [t[:, 1::2] for t in inputs((3, 16), dtype)]  # strided last dim
+    got = fn(*(relocate_view(a) for a in sliced))
+    assert_matches(got, ORACLES[op](*sliced), same_kernel=_same_kernel())
+    offset = [t[1:, 2:] for t in inputs((4, 10), dtype)]  # storage offset
+    got = fn(*(relocate_view(a) for a in offset))
+    assert_matches(got, ORACLES[op](*offset), same_kernel=_same_kernel())
 
 
 def relocate_view(t: torch.Tensor) -> torch.Tensor:
@@ -113,17 +298,20 @@ def relocate_view(t: torch.Tensor) -> torch.Tensor:
     return base.to(DEVICE).as_strided(t.size(), t.stride(), t.storage_offset())
 
 
+@requires_two_devices
 @pytest.mark.parametrize("op", OPS)
-def test_gradients_match_the_reference(op: str) -> None:
+def test_second_device(op: str) -> None:
+    """On infini:1: the result and the gradients there, against the composition."""
     fn, inputs = CALLS[op]
-    cpu = [t.requires_grad_() for t in inputs((3, 8), torch.float32)]
-    dev = [t.detach().to(DEVICE).requires_grad_() for t in cpu]
-    grad = make_cpu(tuple(fn(*cpu).shape), torch.float32, seed=9)
-    fn(*cpu).backward(grad)
-    fn(*dev).backward(grad.to(DEVICE))
-    for d, c in zip(dev, cpu, strict=True):
-        assert d.grad is not None and d.grad.device == DEVICE
-        assert_matches(d.grad, c.grad, same_kernel=_same_kernel())
+    second = torch.device("infini", 1)
+    args = inputs((2, 3, 8), torch.bfloat16)
+    got = fn(*(a.to(second) for a in args))
+    assert_matches(got, ORACLES[op](*args), device=second, same_kernel=_same_kernel())
+    grad = make_cpu(tuple(got.shape), torch.bfloat16, seed=9)
+    wanted = _gradients(GRAD_ORACLES[op], args, grad, "cpu")
+    for got_grad, want in zip(_gradients(fn, args, grad, second), wanted, strict=True):
+        assert want is not None
+        _assert_gradient(op, got_grad, want, second)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -140,7 +328,9 @@ def test_meta_and_opcheck(op: str) -> None:
     fn, inputs = CALLS[op]
     args = inputs((2, 3, 8), torch.float32)
     meta = fn(*(a.to("meta") for a in args))
-    assert meta.shape == fn(*args).shape and meta.device.type == "meta"
+    expected = ORACLES[op](*args)
+    assert meta.shape == expected.shape and meta.dtype == expected.dtype
+    assert meta.device.type == "meta"
     packet = getattr(torch.ops.infini, op.removeprefix("infini::"))
     torch.library.opcheck(packet.default, [a.requires_grad_() for a in args])
     # opcheck's autograd-registration test knows only CPU/CUDA/XPU devices.
@@ -149,57 +339,89 @@ def test_meta_and_opcheck(op: str) -> None:
     torch.library.opcheck(packet.default, dev_args, test_utils=utils)
 
 
-BAD: dict[str, Callable[[torch.device], object]] = {
-    "silu_and_mul odd last dim": lambda d: torch_infini.ops.silu_and_mul(
-        torch.ones(3, 5, device=d)
+# Bad input: the call, and what its RuntimeError says (docs/fused_operators.md).
+BAD: dict[str, tuple[Callable[[torch.device], object], str]] = {
+    "silu_and_mul odd last dim": (
+        lambda d: torch_infini.ops.silu_and_mul(torch.ones(3, 5, device=d)),
+        "infini::silu_and_mul: the last dimension holds the gate and the up halves and must be "
+        "even, got input of shape [3, 5]",
     ),
-    "silu_and_mul 0-dim": lambda d: torch_infini.ops.silu_and_mul(torch.tensor(1.0, device=d)),
-    "silu_and_mul int": lambda d: torch_infini.ops.silu_and_mul(
-        torch.ones(3, 4, dtype=torch.int32, device=d)
+    "silu_and_mul 0-dim": (
+        lambda d: torch_infini.ops.silu_and_mul(torch.tensor(1.0, device=d)),
+        "infini::silu_and_mul: the last dimension holds the gate and the up halves and must be "
+        "even, got input of shape []",
     ),
-    "swiglu shapes": lambda d: torch_infini.ops.swiglu(
-        torch.ones(3, 4, device=d), torch.ones(4, 4, device=d)
+    "silu_and_mul int": (
+        lambda d: torch_infini.ops.silu_and_mul(torch.ones(3, 4, dtype=torch.int32, device=d)),
+        "infini::silu_and_mul: expected a floating-point input, got Int",
     ),
-    "swiglu dtypes": lambda d: torch_infini.ops.swiglu(
-        torch.ones(3, 4, device=d), torch.ones(3, 4, dtype=torch.float64, device=d)
+    "swiglu shapes": (
+        lambda d: torch_infini.ops.swiglu(torch.ones(3, 4, device=d), torch.ones(4, 4, device=d)),
+        "infini::swiglu: input and gate must have one shape, got [3, 4] and [4, 4]",
     ),
-    "causal_softmax 1-D": lambda d: torch_infini.ops.causal_softmax(torch.ones(4, device=d)),
-    "causal_softmax more queries than keys": lambda d: torch_infini.ops.causal_softmax(
-        torch.ones(5, 4, device=d)
+    "swiglu dtypes": (
+        lambda d: torch_infini.ops.swiglu(
+            torch.ones(3, 4, device=d), torch.ones(3, 4, dtype=torch.float64, device=d)
+        ),
+        "infini::swiglu: input and gate must have one dtype, got Float and Double",
     ),
-    "causal_softmax int": lambda d: torch_infini.ops.causal_softmax(
-        torch.ones(3, 4, dtype=torch.int32, device=d)
+    "swiglu int": (
+        lambda d: torch_infini.ops.swiglu(
+            torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, dtype=torch.int64, device=d)
+        ),
+        "infini::swiglu: expected floating-point tensors, got Long",
     ),
-    "swiglu int": lambda d: torch_infini.ops.swiglu(
-        torch.ones(3, dtype=torch.int64, device=d), torch.ones(3, dtype=torch.int64, device=d)
+    "causal_softmax 1-D": (
+        lambda d: torch_infini.ops.causal_softmax(torch.ones(4, device=d)),
+        "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after t - s "
+        "cached keys), got shape [4]",
+    ),
+    "causal_softmax more queries than keys": (
+        lambda d: torch_infini.ops.causal_softmax(torch.ones(5, 4, device=d)),
+        "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after t - s "
+        "cached keys), got shape [5, 4]",
+    ),
+    "causal_softmax int": (
+        lambda d: torch_infini.ops.causal_softmax(torch.ones(3, 4, dtype=torch.int32, device=d)),
+        "infini::causal_softmax: expected a floating-point input, got Int",
     ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_bad_input_raises_the_references_error(name: str) -> None:
-    with pytest.raises(RuntimeError) as on_cpu:
-        BAD[name](torch.device("cpu"))
-    with raises_exactly(type(on_cpu.value), match=None) as on_infini:
-        BAD[name](DEVICE)
-    assert str(on_infini.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+def test_bad_input_raises_the_documented_error(name: str) -> None:
+    """Exactly RuntimeError with the message that names the problem, on the
+    CPU and on infini (at the call: the argument checks precede the kernel)."""
+    call, message = BAD[name]
+    for device in (torch.device("cpu"), DEVICE):
+        with raises_exactly(RuntimeError, match=None) as info:
+            call(device)
+        assert str(info.value).splitlines()[0] == message, device
 
 
 def test_tensors_on_two_devices_are_refused() -> None:
-    with pytest.raises(RuntimeError, match="same device"):
+    with raises_exactly(RuntimeError, match="same device, but found at least two devices"):
         torch_infini.ops.swiglu(torch.ones(3, device=DEVICE), torch.ones(3))
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_undeclared_dtypes_fall_back(op: str) -> None:
     """A dtype the backend does not declare for the kernel runs in the CPU
-    fallback (the reference, same result), or is refused with it off."""
+    fallback (the reference, same result), or is refused with it off. Where
+    the backend declares every floating dtype (the reference takes no other;
+    host: silu_and_mul, swiglu), each of them runs natively with the fallback
+    off: nothing is refused or routed."""
+    fn, inputs = CALLS[op]
     undeclared = [d for d in FLOAT_DTYPES if d not in kernel_dtypes(op)]
     if not undeclared:
-        # Nothing undeclared to route on this backend (on InfiniRT cpu: float16,
-        # and causal_softmax's float64).
-        pytest.skip(f"{torch_infini.backend()} declares every float dtype for {op}")
-    fn, inputs = CALLS[op]
+        for dtype in FLOAT_DTYPES:
+            args = inputs((3, 8), dtype)
+            torch_infini.cpu_fallback.reset_stats()
+            with torch_infini.cpu_fallback.strict():
+                got = fn(*(a.to(DEVICE) for a in args))
+            assert_matches(got, fn(*args), same_kernel=_same_kernel())
+            assert torch_infini.cpu_fallback.stats() == {}, dtype
+        return
     for dtype in undeclared:
         args = inputs((3, 8), dtype)
         torch_infini.cpu_fallback.reset_stats()

@@ -296,12 +296,16 @@ def test_set_storage_offset_size_stride() -> None:
     assert torch.equal(x.cpu(), expected)
 
 
-def test_set_storage_grows_storage_when_needed() -> None:
+def test_set_storage_never_grows_the_storage() -> None:
+    """Only resize_ grows a storage: set_ outside it is refused (issue 35,
+    a checkpoint shorter than its tensor), and nothing changes."""
     storage = torch.arange(4, dtype=torch.float32).to("infini").untyped_storage()
     x = torch.empty(0, device="infini")
-    x.set_(storage, 2, (8,), (1,))
-    assert x.untyped_storage().nbytes() >= (2 + 8) * 4
-    assert torch.equal(x.cpu()[:2], torch.tensor([2.0, 3.0]))
+    with raises_exactly(RuntimeError, match="out of bounds for storage of size 16"):
+        x.set_(storage, 2, (8,), (1,))
+    assert storage.nbytes() == 16 and x.shape == (0,)
+    x.set_(storage, 2, (2,), (1,))
+    assert torch.equal(x.cpu(), torch.tensor([2.0, 3.0]))
 
 
 def test_set_errors() -> None:

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 #include <c10/util/MaybeOwned.h>
 #include <c10/util/strides.h>
+
+#include <algorithm>
 
 #include "dims.h"
 #include "torch_infini/ops/kernel_provider.h"
@@ -89,9 +92,15 @@ inline at::Tensor emptyStridedLike(const at::Tensor& t, c10::IntArrayRef sizes,
   return out;
 }
 
-// A new tensor with t's sizes, strides, dtype and device.
+// A new tensor with dense t's sizes, dtype and device, and the strides
+// TensorIterator gives the result of operands laid out as t: t's own, except
+// in dimensions of size 0 or 1, whose strides it recomputes (a (1, 4) slice
+// with strides (11, 1) gives a (4, 1) result on the CPU and CUDA).
 inline at::Tensor emptyLike(const at::Tensor& t, c10::StreamId stream) {
-  return emptyStridedLike(t, t.sizes(), t.strides(), stream);
+  const c10::IntArrayRef sizes = t.sizes();
+  if (std::all_of(sizes.begin(), sizes.end(), [](int64_t s) { return s > 1; }))
+    return emptyStridedLike(t, sizes, t.strides(), stream);
+  return emptyStridedLike(t, sizes, at::infer_dense_strides(sizes, t.strides()), stream);
 }
 
 // A new contiguous tensor of `sizes` like infini tensor `like` (dtype,

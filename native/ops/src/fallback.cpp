@@ -197,6 +197,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
   TORCH_CHECK_NOT_IMPLEMENTED(!state->view, "The view operator '", name,
                               "' has no infini kernel (backend '", backendName(),
                               "'); views are never computed on the CPU.");
+  checkArgumentDevices(schema, *stack, args_begin);
   if (!allowed || warn) {
     const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
                                                      firstDtype(*stack, args_begin, num_args) +
@@ -238,6 +239,10 @@ std::vector<std::string> sorted(const std::set<std::string>& names) {
 }  // namespace
 
 void setPendingRefusal(std::string refusal) { pending_refusal = std::move(refusal); }
+
+void runInCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runOnCpu(op, stack, std::string());
+}
 
 void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runOnCpu(op, stack, std::exchange(pending_refusal, std::string()));
@@ -497,6 +502,10 @@ const std::vector<std::string>& routedOperators() {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const std::string& name : routedOperators()) {
+    // The convolutions register their own wrapper (convolution_fallback.cpp).
+    if (std::find(std::begin(kConvolutions), std::end(kConvolutions), name) !=
+        std::end(kConvolutions))
+      continue;
     m.impl(name.substr(std::strlen("aten::")).c_str(),
            torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
   }

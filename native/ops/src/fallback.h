@@ -17,6 +17,9 @@ namespace torch_infini::ops {
 // message) is the reason given in warnings and, with the fallback off, the
 // NotImplementedError raised.
 void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The boxed fallback for an operator without an infini kernel (what
+// operators routed to it run; convolution_fallback.cpp wraps it).
+void runInCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The refusal the next refusedKernelFallback call on this thread reports.
 void setPendingRefusal(std::string refusal);
 

@@ -8,6 +8,7 @@
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
@@ -45,6 +46,28 @@ class CallDevice {
  private:
   std::optional<c10::Device> device_;
 };
+
+// A result the CPU kernel allocated (no argument's memory), copied to
+// `device` with the CPU's geometry. A dense result at offset 0 over its
+// whole storage copies as `to()` copies it (same strides); any other (a
+// view with gaps, such as lstsq's solution, or an expanded result) brings
+// its whole storage, so sizes, strides and storage offset stay the CPU's
+// (`to()` would make it contiguous). Adds the bytes copied to *bytes_copied.
+inline at::Tensor resultToDevice(const at::Tensor& t, c10::Device device, int64_t* bytes_copied) {
+  const size_t nbytes = t.storage().nbytes();
+  if (t.is_non_overlapping_and_dense() && t.storage_offset() == 0 &&
+      nbytes == static_cast<size_t>(t.numel()) * t.element_size()) {
+    *bytes_copied += static_cast<int64_t>(nbytes);
+    return t.to(device);
+  }
+  const int64_t n = static_cast<int64_t>(nbytes);
+  const at::Tensor cpu_bytes =
+      at::empty({0}, t.options().dtype(at::kByte)).set_(t.storage(), 0, {n}, {1});
+  const at::Tensor bytes = cpu_bytes.to(device);
+  *bytes_copied += n;
+  return at::empty({0}, t.options().device(device))
+      .set_(bytes.storage(), t.storage_offset(), t.sizes(), t.strides());
+}
 
 // For each return of `schema`: the argument it aliases and writes (in-place
 // self, out=), or -1. Computed once per schema: comparing alias sets costs
@@ -86,6 +109,39 @@ void forEachTensor(const c10::IValue& value, F fn) {
   } else if (value.isOptionalTensorList()) {
     for (const auto& t : value.toOptionalTensorList().vec())
       if (t.has_value()) fn(*t);
+  }
+}
+
+// CUDA's device rules for a call with infini tensors, which the CPU kernel
+// cannot apply once every argument is a CPU tensor: every tensor is on the
+// call's infini device, except a 0-dim CPU tensor read as a scalar
+// (TensorIterator's rule) and CPU indices of an index operator (`indices`,
+// which CUDA's index kernels move to the device). A written argument (out=,
+// in-place self) on the CPU is refused: the result would land there.
+// Tensors on two infini devices are CallDevice's to refuse.
+inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                                 size_t begin) {
+  std::optional<c10::Device> infini;
+  for (size_t i = begin; i < stack.size() && !infini; ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (!infini && t.defined() && t.device().type() == c10::DeviceType::PrivateUse1)
+        infini = t.device();
+    });
+  }
+  if (!infini) return;  // a factory, or CPU tensors only
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::Argument& argument = schema.arguments()[i - begin];
+    const c10::AliasInfo* alias = argument.alias_info();
+    const bool written = alias != nullptr && alias->isWrite();
+    const bool indices = stack[i].isOptionalTensorList() && argument.name() == "indices";
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (!t.defined() || t.device().type() == c10::DeviceType::PrivateUse1) return;
+      if (!written && t.device().is_cpu() && (indices || t.dim() == 0)) return;
+      TORCH_CHECK(false,
+                  "Expected all tensors to be on the same device, but found at least two devices, ",
+                  *infini, " and ", t.device(), "! (", written ? "output" : "argument", " '",
+                  argument.name(), "' of ", schema.operator_name(), ")");
+    });
   }
 }
 

@@ -198,13 +198,19 @@ class CausalSoftmaxFunction : public torch::autograd::Function<CausalSoftmaxFunc
     ctx->save_for_backward({y});
     return y;
   }
-  // softmax's: y * (grad - sum(grad * y)), in float; masked entries (y = 0)
-  // get none.
+  // softmax's: y * (grad - sum(grad * y)), in float; masked entries get
+  // none (+0).
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor y = ctx->get_saved_variables()[0];
     const c10::ScalarType w = wide(y.scalar_type());
-    return {at::_softmax_backward_data(grads[0].to(w), y.to(w), -1, w).to(y.scalar_type())};
+    at::Tensor grad = at::_softmax_backward_data(grads[0].to(w), y.to(w), -1, w);
+    // A masked entry does not reach the output: its gradient is +0, as
+    // through masked_fill (y * (...) would give -0 or NaN there).
+    const int64_t s = y.size(-2), t = y.size(-1);
+    const at::Tensor masked =
+        at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).triu(t - s + 1).to(y.device());
+    return {grad.masked_fill_(masked, 0).to(y.scalar_type())};
   }
 };
 

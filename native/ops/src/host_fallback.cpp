@@ -158,8 +158,7 @@ class Aliaser {
       }
     }
     if (at::Tensor adopted = adopt(t); adopted.defined()) return adopted;
-    *bytes_copied += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-    return t.to(*device_.get());
+    return resultToDevice(t, *device_.get(), bytes_copied);
   }
 
   const std::optional<c10::Device>& device() const { return device_.get(); }

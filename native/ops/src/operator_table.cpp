@@ -19,7 +19,10 @@ const std::vector<OperatorEntry>& bridgeOperators() {
       {"aten::set_.source_Storage_storage_offset", "storage", std::nullopt},
       {"aten::set_.source_Storage", "storage", std::nullopt},
       {"aten::set_.source_Tensor", "storage", std::nullopt},
+      {"aten::set_", "storage", std::nullopt},
       {"aten::record_stream", "storage", std::nullopt},
+      // `param.data = t` and nn.Module.to() (tensor_factories.cpp).
+      {"aten::_has_compatible_shallow_copy_type", "storage", std::nullopt},
       // Copies (copy.cpp): every dtype; strided device copies use the
       // provider's copy kernel where it has one, else host staging.
       {"aten::_copy_from", "copy", std::nullopt},

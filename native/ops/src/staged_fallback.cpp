@@ -133,8 +133,7 @@ class Stager {
                                        (t.storage_offset() * item + entry.first) / item);
       }
     }
-    *bytes_copied_ += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-    return t.to(*device_.get());
+    return resultToDevice(t, *device_.get(), bytes_copied_);
   }
 
   void noteDevice(c10::Device device) { device_.note(device); }

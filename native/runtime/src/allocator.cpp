@@ -11,6 +11,7 @@
 
 #include "caching_allocator.h"
 #include "pinned_allocator.h"
+#include "stream_lookup.h"
 #include "torch_infini/runtime/backend.h"
 #include "torch_infini/runtime/stream.h"
 
@@ -47,7 +48,7 @@ c10::DataPtr allocateForHostAccess(int device, size_t bytes, c10::StreamId strea
   c10::DataPtr block = allocateOnValidDevice(device, bytes, stream);
   if (bytes > 0) {
     runtime::DeviceRuntime& rt = runtime::get();
-    const runtime::StreamHandle native = nativeStreamUnchecked(device, stream);
+    const runtime::StreamHandle native = nativeStreamToWaitOn(device, stream);
     if (!rt.queryStream(native)) rt.synchronizeStream(native);
   }
   return block;

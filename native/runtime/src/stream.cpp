@@ -1,5 +1,7 @@
 #include "torch_infini/runtime/stream.h"
 
+#include "stream_lookup.h"
+
 #include <c10/util/Exception.h>
 
 #include <array>
@@ -133,6 +135,10 @@ runtime::StreamHandle currentNativeStreamUnchecked(int device) {
 
 runtime::StreamHandle nativeStreamUnchecked(int device, c10::StreamId id) {
   return handleFor(device, id);
+}
+
+runtime::StreamHandle nativeStreamToWaitOn(int device, c10::StreamId id) {
+  return createdHandle(device, id);
 }
 
 void synchronizeDevice(int device) { runtime::get().synchronizeDevice(resolveDevice(device)); }

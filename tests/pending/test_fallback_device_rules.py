@@ -41,5 +41,3 @@ def test_exact_same_operators_refuse_a_cpu_zero_dim_tensor() -> None:
         torch.index_select(torch.arange(4.0, device=DEVICE), 0, torch.tensor(1))
     with raises_exactly(RuntimeError, SAME_DEVICE):
         torch.index_select(torch.arange(4.0, device=DEVICE), 0, torch.tensor([1, 2]))
-
-

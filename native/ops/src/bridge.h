@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/MemoryFormat.h>
 #include <c10/util/Exception.h>
 #include <c10/util/MaybeOwned.h>
 #include <c10/util/strides.h>
@@ -92,11 +93,25 @@ inline at::Tensor emptyStridedLike(const at::Tensor& t, c10::IntArrayRef sizes,
   return out;
 }
 
-// A new tensor with dense t's sizes, dtype and device, and the strides
-// TensorIterator gives the result of operands laid out as t: t's own, except
-// in dimensions of size 0 or 1, whose strides it recomputes (a (1, 4) slice
-// with strides (11, 1) gives a (4, 1) result on the CPU and CUDA).
+// A new tensor for the result of operands all laid out as dense `t` (one
+// sizes and strides): the strides TensorIterator's fast setup gives it --
+// contiguous or channels-last when `t` is (whatever its strides in size-1
+// dimensions: a (1, 4) slice with strides (11, 1) gives (4, 1), as on the
+// CPU and CUDA), else t's own.
 inline at::Tensor emptyLike(const at::Tensor& t, c10::StreamId stream) {
+  const c10::IntArrayRef sizes = t.sizes();
+  if (t.is_contiguous()) return emptyStridedLike(t, sizes, c10::contiguous_strides(sizes), stream);
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast))
+    return emptyStridedLike(t, sizes, c10::get_channels_last_strides_2d(sizes), stream);
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast3d))
+    return emptyStridedLike(t, sizes, c10::get_channels_last_strides_3d(sizes), stream);
+  return emptyStridedLike(t, sizes, t.strides(), stream);
+}
+
+// A new tensor for the result of dense `t` and a CPU scalar: TensorIterator's
+// general path (a 0-dim operand takes it off the fast setup), which orders
+// dimensions by t's strides and recomputes them dense.
+inline at::Tensor emptyLikeBesideScalar(const at::Tensor& t, c10::StreamId stream) {
   const c10::IntArrayRef sizes = t.sizes();
   if (std::all_of(sizes.begin(), sizes.end(), [](int64_t s) { return s > 1; }))
     return emptyStridedLike(t, sizes, t.strides(), stream);

@@ -246,14 +246,13 @@ std::optional<Operand> scalarOperandKernel(const char* name, Op op, const at::Te
   }
   const at::Scalar scalar = scalarValue(other);  // in its own type, unrounded
   if (self.is_non_overlapping_and_dense() && (!out.defined() || sameLayoutOperands(out, self))) {
-    // One dense operand: the result takes its geometry, which is what
-    // TensorIterator computes for it (as in binaryKernel's fast path).
+    // One dense operand: the result takes the geometry TensorIterator
+    // computes for it beside a scalar (emptyLikeBesideScalar).
     if (out.defined() && !out.is_same(self) && out.storage().is_alias_of(self.storage()))
       at::assert_no_partial_overlap(out, self);
-    Operand result =
-        out.defined()
-            ? Operand::borrowed(out)
-            : Operand::owned(emptyLike(self, currentStreamIdUnchecked(self.device().index())));
+    Operand result = out.defined() ? Operand::borrowed(out)
+                                   : Operand::owned(emptyLikeBesideScalar(
+                                         self, currentStreamIdUnchecked(self.device().index())));
     if (result->numel() == 0) return result;
     k.binaryScalar(op, toRef(*result), toRef(self), scalar, alpha.toDouble(), streamOf(*result));
     return result;

@@ -58,6 +58,7 @@ import torch
 import torch_infini
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from infini_testing import forced_staging
 from op_coverage import load_op_db, opinfo_id
 from op_db_sweep import CPU_ARGUMENTS, _Mover, refusal_reason
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -323,7 +324,7 @@ def check_sample(opinfo: Any, sample: Any, mode: FakeTensorMode) -> tuple[list[s
     differs = fake is not None and bool(_differences(fake, cpu, Geometry.significant))
     problems: list[str] = []
     for staged in STAGINGS:
-        with _staging(staged):
+        with forced_staging(staged):
             found = _check_infini(opinfo, sample, cpu, fake)
         problems += [f"{'staged: ' if staged else ''}{p}" for p in found]
     return problems, differs
@@ -333,18 +334,6 @@ def check_sample(opinfo: Any, sample: Any, mode: FakeTensorMode) -> tuple[list[s
 # staged way (through pinned copies, as on NVIDIA) is forced for a second run.
 HOST_ADDRESSABLE = bool(torch_infini._C._capabilities()["host_addressable"])
 STAGINGS = (False, True) if HOST_ADDRESSABLE else (False,)
-
-
-@contextlib.contextmanager
-def _staging(on: bool) -> Iterator[None]:
-    if not on:
-        yield
-        return
-    torch_infini._C._fallback_force_staging(True)
-    try:
-        yield
-    finally:
-        torch_infini._C._fallback_force_staging(False)
 
 
 def _check_infini(
@@ -477,6 +466,17 @@ ELEMENTWISE: dict[str, Callable[..., torch.Tensor]] = {
     "relu": lambda a, b: torch.relu(a),
     "silu": lambda a, b: torch.nn.functional.silu(a),
 }
+# The ATen operator each serves through (its declared dtypes decide a skip).
+ELEMENTWISE_OPERATORS = {
+    "add": "aten::add",
+    "sub": "aten::sub",
+    "mul": "aten::mul",
+    "add alpha": "aten::add",
+    "add a number": "aten::add",
+    "mul by a number": "aten::mul",
+    "relu": "aten::relu",
+    "silu": "aten::silu",
+}
 
 
 def _sliced_row() -> torch.Tensor:
@@ -524,11 +524,10 @@ def test_native_elementwise_result_strides(op: str, operands: str) -> None:
     torch.manual_seed(0)
     a = OPERANDS[operands]()
     b = a.clone().as_strided(a.shape, a.stride())  # same geometry, own storage
-    with torch_infini.cpu_fallback.strict():  # the native kernels, where float32 has one
-        try:
-            _follows_the_rules(ELEMENTWISE[op], a, b)
-        except NotImplementedError:
-            pytest.skip(f"{op}: no native float32 kernel on this backend")
+    if torch.float32 not in torch_infini.supported_dtypes(ELEMENTWISE_OPERATORS[op]):
+        pytest.skip(f"{op}: the backend declares no float32 kernel for it")
+    with torch_infini.cpu_fallback.strict():  # the native kernel: a refusal fails
+        _follows_the_rules(ELEMENTWISE[op], a, b)
 
 
 @pytest.mark.skipif(torch.infini.device_count() < 2, reason="needs TORCH_INFINI_HOST_DEVICES=2")
@@ -610,7 +609,7 @@ def check_lstsq_solution_is_laid_out_as_on_the_cpu(mnk: tuple[int, int, int], st
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(m, n, generator=g), torch.randn(m, k, generator=g)
     want = torch.linalg.lstsq(a, b)
-    with _staging(staged):
+    with forced_staging(staged):
         got = torch.linalg.lstsq(a.to(DEVICE), b.to(DEVICE))
     for name in ("solution", "residuals", "rank", "singular_values"):
         assert _described(getattr(got, name)) == _described(getattr(want, name)), name

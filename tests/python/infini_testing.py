@@ -150,6 +150,20 @@ def raises_exactly(
     )
 
 
+@contextmanager
+def forced_staging(on: bool = True) -> Iterator[None]:
+    """The CPU fallback staged through pinned memory (as where the CPU cannot
+    address device memory) inside the block; off: the block as it is."""
+    if not on:
+        yield
+        return
+    torch_infini._C._fallback_force_staging(True)
+    try:
+        yield
+    finally:
+        torch_infini._C._fallback_force_staging(False)
+
+
 # ---------------------------------------------------------------- subprocesses
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch_infini
-from infini_testing import assert_bitwise_equal, requires_async_host
+from infini_testing import assert_bitwise_equal, forced_staging, requires_async_host
 from op_helpers import make_cpu
 from test_cpu_fallback import *  # noqa: F403  (the same tests, collected again here)
 from test_cpu_fallback import _silent_and_counted  # noqa: F401  (autouse fixture)
@@ -30,11 +30,8 @@ DEVICE = torch.device("infini", 0)
 
 @pytest.fixture(autouse=True)
 def _staged() -> Iterator[None]:
-    torch_infini._C._fallback_force_staging(True)
-    try:
+    with forced_staging():
         yield
-    finally:
-        torch_infini._C._fallback_force_staging(False)
 
 
 def test_only_the_spans_used_are_staged() -> None:

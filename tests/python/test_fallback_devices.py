@@ -40,13 +40,17 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import torch
 import torch_infini
-from infini_testing import assert_bitwise_equal, raises_exactly, requires_two_devices
+from infini_testing import (
+    assert_bitwise_equal,
+    forced_staging,
+    raises_exactly,
+    requires_two_devices,
+)
 from op_coverage import load_op_db, opinfo_id
 from op_db_sweep import _Mover, seeds_random
 
@@ -374,21 +378,11 @@ def test_masked_fill_refuses_a_cpu_mask() -> None:
     assert torch.equal(x.cpu(), torch.arange(6.0))
 
 
-@contextmanager
-def _staged() -> Iterator[None]:
-    """The fallback staged through pinned memory, as where the CPU cannot address the device."""
-    torch_infini._C._fallback_force_staging(True)
-    try:
-        yield
-    finally:
-        torch_infini._C._fallback_force_staging(False)
-
-
 def test_the_staged_fallback_applies_the_same_rule() -> None:
     x_cpu = torch.rand(4, generator=torch.Generator().manual_seed(2))
     x = x_cpu.to(DEVICE)
     out = torch.full((4,), 7.0)
-    with _staged():
+    with forced_staging():
         with raises_exactly(RuntimeError, WRONG_DEVICE):
             torch.log1p(x, out=out)
         with raises_exactly(RuntimeError, SAME_DEVICE):

@@ -111,6 +111,33 @@ DEVICE_DEPENDENT = {
     ),
 }
 
+
+def _batch_norm_statistics_off_the_cpu(sample: Any, result: Any) -> Any:
+    """In evaluation, PyTorch returns the statistics it used (the running mean and
+    1/sqrt(running var + eps), in the computation's dtype) on every device but the
+    CPU, which returns empty tensors (torch/_decomp's native_batch_norm_helper: "Very
+    annoying inconsistency where CPU and CUDA give different shapes"). From stock ops."""
+    import torch
+
+    _, _, mean, var, training, _, eps = sample.args
+    if training or mean is None or var is None:
+        return result
+    narrow = sample.input.dtype in (torch.float16, torch.bfloat16)
+    compute = torch.float32 if narrow else sample.input.dtype
+    output, *_ = result
+    mean = mean.detach().to(compute, copy=True)
+    invstd = torch.reciprocal(torch.sqrt(var.detach().to(compute) + eps))
+    return (output, mean, invstd)
+
+
+# What PyTorch defines for a device other than the CPU where it differs from
+# the CPU's result: the oracle (the CPU's result, and stock CPU operators)
+# is adjusted to it. OpInfo name -> (sample, CPU result) -> result off the CPU.
+OFF_CPU_RESULTS: dict[str, Callable[[Any, Any], Any]] = {
+    "native_batch_norm": _batch_norm_statistics_off_the_cpu,
+    "_native_batch_norm_legit": _batch_norm_statistics_off_the_cpu,
+}
+
 # CPU kernels known to give other bits for the same values from run to run,
 # for the samples the predicate picks. LAPACK's gelsy takes a pivot array
 # whose nonzero entries fix columns, and PyTorch passes it uninitialised:
@@ -886,6 +913,8 @@ def _run_sample(
     # lays out a gradient (ormqr's), so the oracle runs under the same mode.
     record = not host
     cpu = _forward(opinfo, sample, "cpu", record)
+    if cpu.error is None and opinfo.name in OFF_CPU_RESULTS:
+        cpu.result = OFF_CPU_RESULTS[opinfo.name](sample, cpu.result)
     infini = _forward(opinfo, sample, "infini", record)
     # Bit for bit where the CPU's own kernel ran: always on host, elsewhere
     # unless a kernel-provider (InfiniOps) operator served part of the call.

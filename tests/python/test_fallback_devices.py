@@ -414,3 +414,34 @@ def test_messages_name_both_devices() -> None:
         torch.gather(torch.zeros(3, device=DEVICE), 0, torch.tensor([0]))
     message = str(info.value)
     assert re.search(r"infini:0", message) and re.search(r"\bcpu\b", message), message
+
+
+# CUDA's finer rules: which 0-dim CPU tensors are scalars (native_functions.yaml
+# device_check and TensorIterator operands, native/ops/codegen/device_checks.py).
+SAME_DEVICE_MESSAGE = "Expected all tensors to be on the same device"
+
+
+def test_cpu_scalar_input_of_a_unary_out_call_raises() -> None:
+    """Unary TensorIterator operators take no CPU scalar: log1p(cpu 0-dim, out=cuda) raises."""
+    out = torch.zeros((), device=DEVICE)
+    with raises_exactly(RuntimeError, SAME_DEVICE_MESSAGE):
+        torch.log1p(torch.tensor(1.0), out=out)
+    assert out.item() == 0.0
+
+
+def test_two_cpu_scalars_into_an_infini_out_raise() -> None:
+    """TensorIterator allows one CPU scalar per call on a device ("too many CPU scalars")."""
+    out = torch.zeros((), device=DEVICE)
+    with raises_exactly(RuntimeError, "Trying to pass too many CPU scalars to non-CPU kernel"):
+        torch.atan2(torch.tensor(1.0), torch.tensor(2.0), out=out)
+    assert out.item() == 0.0
+
+
+def test_exact_same_operators_refuse_a_cpu_zero_dim_tensor() -> None:
+    """gather and index_select check every tensor (ExactSame): a 0-dim CPU index is no scalar."""
+    with raises_exactly(RuntimeError, SAME_DEVICE_MESSAGE):
+        torch.gather(torch.tensor(5.0, device=DEVICE), 0, torch.tensor(0))
+    with raises_exactly(RuntimeError, SAME_DEVICE_MESSAGE):
+        torch.index_select(torch.arange(4.0, device=DEVICE), 0, torch.tensor(1))
+    with raises_exactly(RuntimeError, SAME_DEVICE_MESSAGE):
+        torch.index_select(torch.arange(4.0, device=DEVICE), 0, torch.tensor([1, 2]))

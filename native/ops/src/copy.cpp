@@ -265,7 +265,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   // source's layout, as the CPU kernel gave its own out= (a column-major
   // lstsq solution stays column-major).
   // A source that is not dense (lstsq's solution is the top rows of a
-  // column-major buffer) is mirrored with a storage as large as it spans.
+  // column-major buffer) is mirrored with a storage as large as its own.
   if (!dst.sizes().equals(self.sizes())) {
     if (self.is_non_overlapping_and_dense()) {
       dst.resize_(self.sizes());
@@ -273,7 +273,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
     } else {
       int64_t extent = self.storage_offset() + 1;
       for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
-      dst.resize_({self.numel() == 0 ? 0 : extent});
+      const int64_t whole = static_cast<int64_t>(self.storage().nbytes()) / self.element_size();
+      dst.resize_({self.numel() == 0 ? 0 : std::max(extent, whole)});
       dst.as_strided_(self.sizes(), self.strides(), self.storage_offset());
     }
   }

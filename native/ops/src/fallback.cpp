@@ -51,6 +51,8 @@ struct OperatorState {
   // kernels): the index of its `dropout_p` argument; with 0 it draws nothing.
   int dropout_argument = -1;
   bool view = false;
+  DeviceCheck device_check = DeviceCheck::kNoCheck;  // CUDA's (device_checks.h)
+  const CudaDtypes* cuda_dtypes = nullptr;           // cuda_dtypes.cpp
   std::atomic<bool> warned{false};
   std::atomic<int64_t> calls{0};
   std::atomic<uint64_t> ticks{0};  // of c10::getApproximateTime (see Policy::clock_origin)
@@ -137,6 +139,8 @@ OperatorState& stateFor(const c10::OperatorHandle& op) {
       if (dropout.has_value()) state.dropout_argument = *dropout;
     }
     state.view = isView(*schema);
+    state.device_check = deviceCheckOf(state.name);
+    state.cuda_dtypes = cudaDtypesOf(state.base);
   }
   slot = {schema, &state};
   return state;
@@ -197,7 +201,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
   TORCH_CHECK_NOT_IMPLEMENTED(!state->view, "The view operator '", name,
                               "' has no infini kernel (backend '", backendName(),
                               "'); views are never computed on the CPU.");
-  checkArgumentDevices(schema, *stack, args_begin);
+  checkArgumentDevices(schema, *stack, args_begin, state->device_check);
   if (!allowed || warn) {
     const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
                                                      firstDtype(*stack, args_begin, num_args) +
@@ -211,6 +215,10 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
                "=off (or torch_infini.cpu_fallback.set_mode('off')) to make this an error, "
                "or =silent to hide this warning.");
   }
+
+  // A dtype the CPU kernel lacks and CUDA serves: as CUDA computes it (the
+  // widened call comes back here, counted as its own call).
+  if (state->cuda_dtypes != nullptr && runInCudaDtype(*state->cuda_dtypes, op, stack)) return;
 
   const c10::approx_time_t start = c10::getApproximateTime();
   int64_t bytes_copied = 0;
@@ -502,14 +510,17 @@ const std::vector<std::string>& routedOperators() {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const std::string& name : routedOperators()) {
-    // The convolutions register their own wrapper (convolution_fallback.cpp).
+    // Convolutions and a few more register their own wrapper
+    // (convolution_fallback.cpp, layout_fallback.cpp).
     if (std::find(std::begin(kConvolutions), std::end(kConvolutions), name) !=
-        std::end(kConvolutions))
+            std::end(kConvolutions) ||
+        isLayoutWrapped(name))
       continue;
     m.impl(name.substr(std::strlen("aten::")).c_str(),
            torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
   }
   for (const std::string& name : structuredForms()) {
+    if (isLayoutWrapped(name)) continue;
     m.impl(name.substr(std::strlen("aten::")).c_str(),
            torch::CppFunction::makeFromBoxedFunction<&structuredFormFallback>());
   }
@@ -518,7 +529,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 std::vector<std::string> fallbackRoutedOperators() {
   std::vector<std::string> names = routedOperators();
   names.insert(names.end(), structuredForms().begin(), structuredForms().end());
+  const std::vector<std::string>& wrapped = layoutWrappedOperators();
+  names.insert(names.end(), wrapped.begin(), wrapped.end());
   std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;
 }
 

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <vector>
 
 namespace torch_infini::ops {
 
@@ -22,6 +23,20 @@ void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 void runInCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The refusal the next refusedKernelFallback call on this thread reports.
 void setPendingRefusal(std::string refusal);
+
+// The operators layout_fallback.cpp registers with its own wrapper around
+// the fallback ("aten::pixel_shuffle", sorted): the routed lists skip them.
+const std::vector<std::string>& layoutWrappedOperators();
+bool isLayoutWrapped(const std::string& qualified_name);
+
+// Dtypes CUDA serves and the CPU kernel refuses, for one operator
+// (cuda_dtypes.cpp): its rule by base name ("aten::histc"), or nullptr.
+struct CudaDtypes;
+const CudaDtypes* cudaDtypesOf(const std::string& base_name);
+// Runs the call as CUDA computes it where its dtype is one `rule` covers:
+// false (the stack untouched) where it is not.
+bool runInCudaDtype(const CudaDtypes& rule, const c10::OperatorHandle& op,
+                    torch::jit::Stack* stack);
 
 template <class Op, auto Kernel>
 struct OrCpuFallback;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "device_checks.h"
 #include "torch_infini/runtime/stream.h"
 
 namespace torch_infini::ops {
@@ -113,14 +114,17 @@ void forEachTensor(const c10::IValue& value, F fn) {
 }
 
 // CUDA's device rules for a call with infini tensors, which the CPU kernel
-// cannot apply once every argument is a CPU tensor: every tensor is on the
-// call's infini device, except a 0-dim CPU tensor read as a scalar
-// (TensorIterator's rule) and CPU indices of an index operator (`indices`,
-// which CUDA's index kernels move to the device). A written argument (out=,
-// in-place self) on the CPU is refused: the result would land there.
+// cannot apply once every argument is a CPU tensor (`check`: the operator's,
+// device_checks.h). A written argument (out=, in-place self) on the CPU is
+// refused: the result would land there. Otherwise a CPU tensor is taken
+// only where CUDA takes one: a 0-dim tensor read as a scalar (TensorIterator
+// operators with two or more tensor operands: at most one; operators
+// without a check of their own: any), and CPU `indices` of an index operator
+// (which CUDA's index kernels move to the device). ExactSame operators take
+// none among their positional arguments, as CUDA's generated wrappers check.
 // Tensors on two infini devices are CallDevice's to refuse.
 inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                                 size_t begin) {
+                                 size_t begin, DeviceCheck check) {
   std::optional<c10::Device> infini;
   for (size_t i = begin; i < stack.size() && !infini; ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
@@ -129,14 +133,39 @@ inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch:
     });
   }
   if (!infini) return;  // a factory, or CPU tensors only
+  // TensorIterator's operands: the tensor arguments but out= (in-place self is one).
+  int operands = 0;
+  if (check == DeviceCheck::kTensorIterator) {
+    for (const c10::Argument& argument : schema.arguments()) {
+      const bool out = argument.kwarg_only() && argument.alias_info() != nullptr &&
+                       argument.alias_info()->isWrite();
+      if (!out && argument.type()->kind() == c10::TypeKind::TensorType) ++operands;
+      if (!out && argument.type()->kind() == c10::TypeKind::OptionalType &&
+          argument.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+              c10::TypeKind::TensorType)
+        ++operands;
+    }
+  }
+  int cpu_scalars = 0;
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::Argument& argument = schema.arguments()[i - begin];
     const c10::AliasInfo* alias = argument.alias_info();
     const bool written = alias != nullptr && alias->isWrite();
+    const bool exact = check == DeviceCheck::kExactSame && !argument.kwarg_only();
     const bool indices = stack[i].isOptionalTensorList() && argument.name() == "indices";
     forEachTensor(stack[i], [&](const at::Tensor& t) {
       if (!t.defined() || t.device().type() == c10::DeviceType::PrivateUse1) return;
-      if (!written && t.device().is_cpu() && (indices || t.dim() == 0)) return;
+      const bool cpu = t.device().is_cpu();
+      if (!written && !exact && cpu && indices) return;
+      if (!written && !exact && cpu && t.dim() == 0) {
+        if (check != DeviceCheck::kTensorIterator) return;
+        if (operands > 1) {
+          TORCH_CHECK(++cpu_scalars <= 1,
+                      "Trying to pass too many CPU scalars to non-CPU kernel! (",
+                      schema.operator_name(), " on ", *infini, ")");
+          return;
+        }
+      }
       TORCH_CHECK(false,
                   "Expected all tensors to be on the same device, but found at least two devices, ",
                   *infini, " and ", t.device(), "! (", written ? "output" : "argument", " '",

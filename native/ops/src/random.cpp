@@ -307,20 +307,25 @@ at::Tensor& normal_tensor_tensor_out(const at::Tensor& mean, const at::Tensor& s
 
 at::Tensor normal_tensor_float(const at::Tensor& mean, double std, Gen gen) {
   checkStd(std);
+  // Contiguous, as PyTorch predicts (std * samples + mean: the samples lead).
   at::Tensor out = at::empty_like(mean, at::MemoryFormat::Contiguous);
   return normal_tensor_float_out(mean, std, gen, out);
 }
 
 at::Tensor normal_float_tensor(double mean, const at::Tensor& std, Gen gen) {
   checkStdTensor(std);
-  at::Tensor out = at::empty_like(std, at::MemoryFormat::Contiguous);
+  at::Tensor out = at::empty_like(std);  // std's layout, as PyTorch predicts (std * samples)
   return normal_float_tensor_out(mean, std, gen, out);
 }
 
 at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std, Gen gen) {
   checkStdTensor(std);
-  at::Tensor out = at::empty(at::infer_size(mean.sizes(), std.sizes()), mean.options(),
-                             at::MemoryFormat::Contiguous);
+  // std's layout where it has the result's shape, as PyTorch predicts
+  // (std * samples + mean: std leads the layout), else contiguous.
+  const std::vector<int64_t> sizes = at::infer_size(mean.sizes(), std.sizes());
+  at::Tensor out = std.sizes().equals(sizes)
+                       ? at::empty_like(std, mean.options())
+                       : at::empty(sizes, mean.options(), at::MemoryFormat::Contiguous);
   return normal_tensor_tensor_out(mean, std, gen, out);
 }
 
@@ -475,7 +480,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 // grad * mask * scale, as the CPU (scale applied as a Python number would be).
 at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
   const at::Tensor m = mask.scalar_type() == at::kBool ? mask.to(grad.scalar_type()) : mask;
-  return at::mul(at::mul(grad, m), scale);  // promotes as the CPU's (int grad: float result)
+  // Promotes as the CPU's (int grad: float result); in the gradient's
+  // suggested memory format, as PyTorch predicts (and CUDA's kernel gives).
+  return at::mul(at::mul(grad, m), scale).contiguous(grad.suggest_memory_format());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

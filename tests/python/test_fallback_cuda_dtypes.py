@@ -84,6 +84,20 @@ OUT_OF_REACH = {
     ),
 }
 
+# (OpInfo name prefix, dtype) pairs refused before any infini code runs, and why.
+REFUSED_UPSTREAM = {
+    ("fft.", torch.float16): (
+        "PyTorch's fft composites take float16 on CUDA and meta tensors only "
+        "(SpectralOps.cpp, promote_type_fft: 'Unsupported dtype Half'), before an ATen "
+        "kernel runs: serving it takes infini kernels for the fft_* composites"
+    ),
+}
+
+
+def _refused_upstream(opinfo: Any, dtype: torch.dtype) -> bool:
+    return any(opinfo.name.startswith(p) and dtype == d for p, d in REFUSED_UPSTREAM)
+
+
 # Gradients through a backward formula: CUDA rounds each intermediate of the
 # formula (tanh's 1 - y*y, ...) to the half-precision dtype, the widened
 # oracle rounds once at the end; they differ by a few ulps of the
@@ -134,7 +148,7 @@ def cuda_only_pairs(backward: bool = False) -> list[tuple[Any, torch.dtype]]:
 def _params(backward: bool = False) -> list[Any]:
     params = []
     for opinfo, dtype in cuda_only_pairs(backward):
-        if opinfo.name in OUT_OF_REACH:
+        if opinfo.name in OUT_OF_REACH or _refused_upstream(opinfo, dtype):
             continue
         if backward and not (
             opinfo.supports_autograd
@@ -320,7 +334,10 @@ def test_every_cuda_only_pair_is_checked_or_named() -> None:
             key = (opinfo.name, opinfo.variant_test_name, dtype)
             differentiable = dtype.is_floating_point or dtype.is_complex
             assert (
-                key in checked or opinfo.name in OUT_OF_REACH or (backward and not differentiable)
+                key in checked
+                or opinfo.name in OUT_OF_REACH
+                or _refused_upstream(opinfo, dtype)
+                or (backward and not differentiable)
             ), key
 
 
@@ -409,6 +426,21 @@ def test_cuda_only_dtype_backward(opinfo: Any, dtype: torch.dtype) -> None:
                 continue
             failures.append(f"{where}: {_describe(exc)}")
     assert not failures, "\n".join(failures)
+
+
+def test_float16_ffts_are_refused_clearly_as_pytorch_refuses_them() -> None:
+    """PyTorch's own composite refuses before infini is asked: the error names the dtype."""
+    x = torch.randn(8, dtype=torch.float16)
+    for fn in (torch.fft.fft, torch.fft.rfft, torch.fft.ifft):
+        with pytest.raises(RuntimeError, match="Unsupported dtype Half"):
+            fn(_on_infini(x))
+    # complex32 reaches the kernels and is served (cuFFT's half precision, widened)
+    z = torch.randn(8, dtype=torch.complex64).to(torch.complex32)
+    got = torch.fft.fft(_on_infini(z))
+    assert got.dtype == torch.complex32
+    torch.testing.assert_close(
+        got.cpu().to(torch.complex64), torch.fft.fft(z.to(torch.complex64)), rtol=0.04, atol=0.04
+    )
 
 
 # ---------------------------------------------------------------- histc of integers
@@ -502,6 +534,26 @@ def test_complex_nansum_skips_elements_with_a_nan_part(dtype: torch.dtype) -> No
     assert_bitwise_equal(
         torch.nansum(_on_infini(rows), dim=1), torch.tensor([1 + 1j, 4 + 4j], dtype=dtype)
     )
+
+
+def test_in_place_and_out_forms_write_their_argument() -> None:
+    """The widened computation's result lands in the caller's tensor, in its dtype."""
+    z = torch.randn(6, dtype=torch.complex64, generator=torch.Generator().manual_seed(5))
+    z = z.to(torch.complex32)
+    expected = torch.exp(z.to(torch.complex64)).to(torch.complex32)
+    inplace = _on_infini(z)
+    ptr = inplace.data_ptr()
+    assert inplace.exp_() is inplace
+    assert inplace.data_ptr() == ptr and inplace.dtype == torch.complex32
+    assert_bitwise_equal(inplace, expected)
+    out = torch.empty(0, dtype=torch.complex32, device=DEVICE)
+    assert torch.exp(_on_infini(z), out=out) is out
+    assert_bitwise_equal(out, expected)
+    flags = torch.tensor([True, False, True])
+    assert_bitwise_equal(torch.abs(_on_infini(flags)), flags)  # bool stays bool
+    assert_bitwise_equal(torch.trace(_on_infini(torch.eye(3, dtype=torch.bool))), torch.tensor(3))
+    angle = torch.angle(_on_infini(z))
+    assert_bitwise_equal(angle, torch.angle(z.to(torch.complex64)).half())
 
 
 def test_the_staged_fallback_gives_the_same_answers() -> None:

@@ -10,7 +10,8 @@
 
 namespace torch_infini::bindings {
 
-PyObject* makeBackend(PyObject* engine, int rank, int size, PyObject* infiniccl_store) {
+PyObject* makeBackend(PyObject* engine, int rank, int size, PyObject* infiniccl_store,
+                      int64_t timeout_ms) {
   namespace py = pybind11;
   // The engine is any torch.distributed.Backend (a ProcessGroupGloo): take
   // a new reference on the C++ object behind it (the count is intrusive).
@@ -20,7 +21,8 @@ PyObject* makeBackend(PyObject* engine, int rank, int size, PyObject* infiniccl_
   if (infiniccl_store != Py_None) {
     auto store = c10::intrusive_ptr<c10d::Store>::reclaim_copy(
         py::handle(infiniccl_store).cast<c10d::Store*>());
-    device_engine = distributed::makeInfiniCCLEngine(std::move(store), rank, size);
+    device_engine = distributed::makeInfiniCCLEngine(std::move(store), rank, size,
+                                                     std::chrono::milliseconds(timeout_ms));
   }
   c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<distributed::InfiniBackend>(
       std::move(engine_ptr), rank, size, std::move(device_engine));

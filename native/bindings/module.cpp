@@ -119,11 +119,12 @@ NB_MODULE(_C, m) {
   // torch.distributed: the c10d backend "infini" (torch_infini.distributed).
   m.def(
       "_dist_backend",
-      [](nb::handle engine, int rank, int size, nb::handle infiniccl_store) {
-        return nb::steal(
-            torch_infini::bindings::makeBackend(engine.ptr(), rank, size, infiniccl_store.ptr()));
+      [](nb::handle engine, int rank, int size, nb::handle infiniccl_store, int64_t timeout_ms) {
+        return nb::steal(torch_infini::bindings::makeBackend(engine.ptr(), rank, size,
+                                                             infiniccl_store.ptr(), timeout_ms));
       },
-      nb::arg("engine"), nb::arg("rank"), nb::arg("size"), nb::arg("infiniccl_store").none());
+      nb::arg("engine"), nb::arg("rank"), nb::arg("size"), nb::arg("infiniccl_store").none(),
+      nb::arg("timeout_ms"));
   m.def("_dist_has_infiniccl", &torch_infini::distributed::hasInfiniCCL);
   m.def("_dist_force_staging", &torch_infini::distributed::setForceStaging);
   m.def("_dist_drain_completions", &torch_infini::distributed::drainCompletions,

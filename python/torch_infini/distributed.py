@@ -82,7 +82,8 @@ def _create_backend(
     infiniccl_store = (
         dist.PrefixStore("infini-ccl", backend_options.store) if engine() == "infiniccl" else None
     )
-    return _C._dist_backend(gloo, rank, size, infiniccl_store)
+    timeout_ms = int(timeout.total_seconds() * 1000)
+    return _C._dist_backend(gloo, rank, size, infiniccl_store, timeout_ms)
 
 
 def _default_backend_on_infini(init_process_group: Any) -> Any:

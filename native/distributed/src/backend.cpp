@@ -307,9 +307,18 @@ InfiniBackend::InfiniBackend(c10::intrusive_ptr<c10d::Backend> engine, int rank,
 
 const std::string InfiniBackend::getBackendName() const { return "infini"; }
 
-void InfiniBackend::setTimeout(std::chrono::milliseconds timeout) { engine_->setTimeout(timeout); }
-void InfiniBackend::abort() { engine_->abort(); }
-void InfiniBackend::shutdown() { engine_->shutdown(); }
+void InfiniBackend::setTimeout(std::chrono::milliseconds timeout) {
+  engine_->setTimeout(timeout);
+  if (device_engine_) device_engine_->setTimeout(timeout);
+}
+void InfiniBackend::abort() {
+  if (device_engine_) device_engine_->abort();
+  engine_->abort();
+}
+void InfiniBackend::shutdown() {
+  if (device_engine_) device_engine_->shutdown();
+  engine_->shutdown();
+}
 
 c10::intrusive_ptr<c10d::Work> InfiniBackend::track(c10::intrusive_ptr<c10d::Work> work) {
   if (coalescing_) coalesced_.push_back(work);

@@ -8,7 +8,8 @@ namespace torch_infini::distributed {
 bool hasInfiniCCL() { return false; }
 
 std::unique_ptr<DeviceEngine> makeInfiniCCLEngine(c10::intrusive_ptr<c10d::Store> /*store*/,
-                                                  int /*rank*/, int /*size*/) {
+                                                  int /*rank*/, int /*size*/,
+                                                  std::chrono::milliseconds /*timeout*/) {
   TORCH_CHECK(false,
               "ProcessGroup backend 'infini': this build of torch-infini has no "
               "InfiniCCL (CMake did not find it)");

@@ -22,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,12 @@ class DeviceEngine {
  public:
   virtual ~DeviceEngine() = default;
   virtual bool allreduce(at::Tensor& tensor, const c10d::ReduceOp& op) = 0;
+  // The group's timeout: a call that outlives it aborts the engine.
+  virtual void setTimeout(std::chrono::milliseconds timeout) = 0;
+  // Stop: pending calls return failing, later ones raise (ProcessGroup's
+  // abort() and shutdown()).
+  virtual void abort() = 0;
+  virtual void shutdown() = 0;
 };
 
 class InfiniBackend final : public c10d::Backend {
@@ -116,7 +123,7 @@ class InfiniBackend final : public c10d::Backend {
 // Whether this build has InfiniCCL, and its device engine for one group.
 bool hasInfiniCCL();
 std::unique_ptr<DeviceEngine> makeInfiniCCLEngine(c10::intrusive_ptr<c10d::Store> store, int rank,
-                                                  int size);
+                                                  int size, std::chrono::milliseconds timeout);
 
 // Stages every call through pinned memory even where device memory is
 // host-addressable, so the staged path is tested on the backends CI has.

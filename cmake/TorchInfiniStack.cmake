@@ -56,9 +56,13 @@ if(NOT _ti_ccl STREQUAL "OFF" AND TORCH_INFINI_WITH_STACK)
     message(STATUS "torch-infini: InfiniCCL ${InfiniCCL_LIBRARY}")
   endif()
 endif()
-if(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_INFINICCL)
+if(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_STACK)
+  # The device engine runs on InfiniRT's devices: without the stack, InfiniCCL is not looked for.
+  message(FATAL_ERROR "torch-infini: TORCH_INFINI_INFINICCL=REQUIRE needs the Infini stack, "
+    "which was not found (InfiniRT and InfiniOps: see above); InfiniCCL is used with it only")
+elseif(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_INFINICCL)
   message(FATAL_ERROR "torch-infini: TORCH_INFINI_INFINICCL=REQUIRE but InfiniCCL was not found "
-    "with the Infini stack (set INFINI_CCL_PREFIX or CMAKE_PREFIX_PATH)")
+    "(set INFINI_CCL_PREFIX or CMAKE_PREFIX_PATH)")
 endif()
 
 # Defines for the InfiniOps operators the installed library instantiates.

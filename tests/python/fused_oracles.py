@@ -46,7 +46,7 @@ def swiglu(input: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:  # noqa: A0
 
 def causal_softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension of ``x`` ``[..., s, t]``, row ``i`` over
-    columns ``j <= t - s + i`` (the others 0).
+    columns ``j <= t - s + i`` (the others 0, whatever the row holds).
 
     PyTorch's own softmax in the input's dtype: on float16/bfloat16 it
     computes in float and rounds once, and differentiates from its rounded
@@ -56,7 +56,8 @@ def causal_softmax(x: torch.Tensor) -> torch.Tensor:
     (bfloat16) apart for unit gradients, beyond the dtypes' tolerances.)"""
     s, t = x.shape[-2:]
     allowed = torch.ones(s, t, dtype=torch.bool).tril(t - s)
-    return torch.softmax(x.masked_fill(~allowed, float("-inf")), -1)
+    # masked_fill after: 0 elsewhere even in a row of NaN (softmax's would be NaN there)
+    return torch.softmax(x.masked_fill(~allowed, float("-inf")), -1).masked_fill(~allowed, 0)
 
 
 def add_rms_norm(

@@ -11,9 +11,16 @@ a subprocess (the depth is read when the runtime starts).
 from __future__ import annotations
 
 import pytest
+import torch_infini
 from infini_testing import describe, run_python
 
 ASYNC = {"TORCH_INFINI_HOST_ASYNC": "1", "TORCH_INFINI_HOST_DEVICES": None}
+
+# The queue is the host runtime's (its worker threads): other backends' streams
+# are their runtime's.
+pytestmark = pytest.mark.skipif(
+    torch_infini.backend() != "host", reason="the host backend's stream queue"
+)
 
 
 def test_enqueueing_waits_at_the_bound() -> None:

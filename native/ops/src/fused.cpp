@@ -69,7 +69,12 @@ at::Tensor causalSoftmaxReference(const at::Tensor& x) {
   const int64_t t = x.size(-1);
   const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
   const at::Tensor w = x.to(wide(x.scalar_type()));
-  return at::softmax(w.masked_fill(masked.logical_not(), -INFINITY), -1).to(x.scalar_type());
+  // 0 in the masked entries whatever the row holds (softmax alone gives NaN
+  // there in a row with NaN or +inf allowed), as InfiniOps' kernel writes them.
+  const at::Tensor outside = masked.logical_not();
+  return at::softmax(w.masked_fill(outside, -INFINITY), -1)
+      .masked_fill(outside, 0)
+      .to(x.scalar_type());
 }
 
 at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {

@@ -122,7 +122,8 @@ void aRetryReadsTheNewUniqueId() {
 }  // namespace
 
 int main() {
-  torch_infini::init("host");
+  // TORCH_INFINI_BACKEND's backend (InfiniRT's cpu in a stack build), else auto.
+  torch_infini::init();
   return runTests({
       {"a collective that hangs fails within the timeout",
        aCollectiveThatHangsFailsWithinTheTimeout},

@@ -39,8 +39,8 @@ std::shared_ptr<CollectiveWatchdog::Collective> CollectiveWatchdog::begin(std::s
   if (aborted_) C10_THROW_ERROR(DistBackendError, *aborted_);
   c->start = Clock::now();
   watched_.push_back(c);
+  // (Not woken per call: it polls every tenth of the timeout.)
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-  wake_.notify_all();
   return c;
 }
 

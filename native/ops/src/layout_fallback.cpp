@@ -53,9 +53,9 @@ at::Tensor inInputLayout(const at::Tensor& result, const at::Tensor& input) {
   return laid_out;
 }
 
-// Batch norm forms: `running` is the stack index of running_mean (-1: the
-// form has none), `training` that of the training flag (-1: the form's
-// mode is fixed, `always_training`), `eps` that of eps.
+// Batch norm forms: kRunning is the argument index of running_mean (-1:
+// the form has none), kTraining that of the training flag (-1: the form's
+// mode is fixed, kAlwaysTraining), kEps that of eps.
 template <int kRunning, int kTraining, bool kAlwaysTraining, int kEps>
 void batchNorm(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t begin = stack->size() - op.schema().arguments().size();

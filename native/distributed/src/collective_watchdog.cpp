@@ -27,11 +27,6 @@ void CollectiveWatchdog::setTimeout(std::chrono::milliseconds timeout) {
   wake_.notify_all();
 }
 
-std::chrono::milliseconds CollectiveWatchdog::timeout() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return timeout_;
-}
-
 std::shared_ptr<CollectiveWatchdog::Collective> CollectiveWatchdog::begin(std::string what) {
   auto c = std::make_shared<Collective>();
   c->what = std::move(what);
@@ -57,11 +52,6 @@ void CollectiveWatchdog::finished(const std::shared_ptr<Collective>& c) {
 void CollectiveWatchdog::abort(const std::string& reason) {
   std::unique_lock<std::mutex> lock(mutex_);
   abortLocked(lock, reason);
-}
-
-std::optional<std::string> CollectiveWatchdog::aborted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return aborted_;
 }
 
 void CollectiveWatchdog::throwIfAborted() const {

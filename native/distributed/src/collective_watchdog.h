@@ -41,7 +41,6 @@ class CollectiveWatchdog {
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
   void setTimeout(std::chrono::milliseconds timeout);
-  std::chrono::milliseconds timeout() const;
 
   // The collective enters the library: watched from now. Raises the abort
   // reason (DistBackendError) where the engine was aborted.
@@ -54,8 +53,6 @@ class CollectiveWatchdog {
   // Aborts now (ProcessGroup.abort(), shutdown()): the abort callback runs
   // with `reason` unless a timeout already ran it.
   void abort(const std::string& reason);
-  // The reason the engine was aborted, if it was.
-  std::optional<std::string> aborted() const;
   // Raises DistBackendError with the abort reason where there is one.
   void throwIfAborted() const;
 

@@ -117,26 +117,6 @@ ScalarType wider(ScalarType dtype) {
   }
 }
 
-// `value` with each tensor of `from` converted to `to` (lists too).
-c10::IValue converted(const c10::IValue& value, ScalarType from, ScalarType to) {
-  auto convert = [&](const at::Tensor& t) {
-    return t.defined() && t.scalar_type() == from ? t.to(to) : t;
-  };
-  if (value.isTensor()) return convert(value.toTensor());
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(convert(t));
-    return list;
-  }
-  if (value.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const auto& t : value.toOptionalTensorList().vec())
-      list.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t)) : t);
-    return list;
-  }
-  return value;
-}
-
 // CUDA's torch.histc of integers (SummaryOps.cu, _histc_cuda_template): the
 // bounds are integers (Scalar::to<int64_t>, then the input's dtype); equal
 // bounds take the data's range and still equal ones widen by one; an
@@ -230,7 +210,9 @@ bool runInCudaDtype(const CudaDtypes& rule, const c10::OperatorHandle& op,
   const Arguments original = argumentsOf(*stack, begin);
   if (wide != narrow) {
     for (size_t i = begin; i < stack->size(); ++i)
-      (*stack)[i] = converted((*stack)[i], narrow, wide);
+      (*stack)[i] = mapTensors(std::move((*stack)[i]), [&](const at::Tensor& t) {
+        return t.defined() && t.scalar_type() == narrow ? t.to(wide) : t;
+      });
   }
   if (rule.how == How::kWiden) {
     op.callBoxed(stack);

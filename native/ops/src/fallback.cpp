@@ -52,6 +52,7 @@ struct OperatorState {
   int dropout_argument = -1;
   bool view = false;
   DeviceCheck device_check = DeviceCheck::kNoCheck;  // CUDA's (device_checks.h)
+  int tensor_operands = 0;                           // tensorOperands(schema)
   const CudaDtypes* cuda_dtypes = nullptr;           // cuda_dtypes.cpp
   std::atomic<bool> warned{false};
   std::atomic<int64_t> calls{0};
@@ -140,6 +141,7 @@ OperatorState& stateFor(const c10::OperatorHandle& op) {
     }
     state.view = isView(*schema);
     state.device_check = deviceCheckOf(state.name);
+    state.tensor_operands = tensorOperands(*schema);
     state.cuda_dtypes = cudaDtypesOf(state.base);
   }
   slot = {schema, &state};
@@ -201,7 +203,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
   TORCH_CHECK_NOT_IMPLEMENTED(!state->view, "The view operator '", name,
                               "' has no infini kernel (backend '", backendName(),
                               "'); views are never computed on the CPU.");
-  checkArgumentDevices(schema, *stack, args_begin, state->device_check);
+  checkArgumentDevices(schema, *stack, args_begin, state->device_check, state->tensor_operands);
   if (!allowed || warn) {
     const std::string reason = refusal.empty() ? "'" + name + "' has no infini kernel (dtype " +
                                                      firstDtype(*stack, args_begin, num_args) +

@@ -113,6 +113,23 @@ void forEachTensor(const c10::IValue& value, F fn) {
   }
 }
 
+// TensorIterator's operands of a call of `schema`: its Tensor and Tensor?
+// arguments but out= ones (an in-place self is one).
+inline int tensorOperands(const c10::FunctionSchema& schema) {
+  int operands = 0;
+  for (const c10::Argument& argument : schema.arguments()) {
+    const bool out = argument.kwarg_only() && argument.alias_info() != nullptr &&
+                     argument.alias_info()->isWrite();
+    const c10::TypePtr& type = argument.type();
+    const bool tensor =
+        type->kind() == c10::TypeKind::TensorType ||
+        (type->kind() == c10::TypeKind::OptionalType &&
+         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType);
+    if (!out && tensor) ++operands;
+  }
+  return operands;
+}
+
 // CUDA's device rules for a call with infini tensors, which the CPU kernel
 // cannot apply once every argument is a CPU tensor (`check`: the operator's,
 // device_checks.h). A written argument (out=, in-place self) on the CPU is
@@ -123,8 +140,10 @@ void forEachTensor(const c10::IValue& value, F fn) {
 // (which CUDA's index kernels move to the device). ExactSame operators take
 // none among their positional arguments, as CUDA's generated wrappers check.
 // Tensors on two infini devices are CallDevice's to refuse.
+//
+// `operands`: tensorOperands(schema), computed once per operator.
 inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                                 size_t begin, DeviceCheck check) {
+                                 size_t begin, DeviceCheck check, int operands) {
   std::optional<c10::Device> infini;
   for (size_t i = begin; i < stack.size() && !infini; ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
@@ -133,19 +152,6 @@ inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch:
     });
   }
   if (!infini) return;  // a factory, or CPU tensors only
-  // TensorIterator's operands: the tensor arguments but out= (in-place self is one).
-  int operands = 0;
-  if (check == DeviceCheck::kTensorIterator) {
-    for (const c10::Argument& argument : schema.arguments()) {
-      const bool out = argument.kwarg_only() && argument.alias_info() != nullptr &&
-                       argument.alias_info()->isWrite();
-      if (!out && argument.type()->kind() == c10::TypeKind::TensorType) ++operands;
-      if (!out && argument.type()->kind() == c10::TypeKind::OptionalType &&
-          argument.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-              c10::TypeKind::TensorType)
-        ++operands;
-    }
-  }
   int cpu_scalars = 0;
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::Argument& argument = schema.arguments()[i - begin];
@@ -174,6 +180,28 @@ inline void checkArgumentDevices(const c10::FunctionSchema& schema, const torch:
   }
 }
 
+// `value` with fn(tensor) in place of each tensor it holds (alone, in a
+// list, optional in a list); any other value as it is.
+template <typename F>
+c10::IValue mapTensors(c10::IValue value, F fn) {
+  if (value.isTensor()) {
+    // Moved out: the reference passes to fn (no count change).
+    return fn(std::move(value).toTensor());
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(fn(t));
+    return list;
+  }
+  if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const auto& t : value.toOptionalTensorList().vec())
+      list.push_back(t.has_value() ? std::optional<at::Tensor>(fn(*t)) : t);
+    return list;
+  }
+  return value;
+}
+
 // Every argument from stack[begin] on, made ready for the CPU kernel: each
 // tensor (alone, in a list, optional in a list) becomes to_cpu(tensor), and
 // an infini device argument (a factory's) becomes the CPU after
@@ -182,21 +210,11 @@ template <typename ToCpu, typename NoteDevice>
 void argumentsToCpu(torch::jit::Stack* stack, size_t begin, ToCpu to_cpu, NoteDevice note_device) {
   for (size_t i = begin; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      // Moved out: the stack's reference passes to to_cpu (no count change).
-      value = to_cpu(std::move(value).toTensor());
-    } else if (value.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& t : value.toTensorList().vec()) list.push_back(to_cpu(t));
-      value = list;
-    } else if (value.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> list;
-      for (const auto& t : value.toOptionalTensorList().vec())
-        list.push_back(t.has_value() ? std::optional<at::Tensor>(to_cpu(*t)) : t);
-      value = list;
-    } else if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
+    if (value.isDevice() && value.toDevice().type() == c10::DeviceType::PrivateUse1) {
       note_device(value.toDevice());  // compute on the CPU
       value = c10::Device(c10::kCPU);
+    } else {
+      value = mapTensors(std::move(value), to_cpu);
     }
   }
 }

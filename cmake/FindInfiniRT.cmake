@@ -54,12 +54,18 @@ if(InfiniRT_FOUND AND CUDA_INCLUDE_DIRS)
     INTERFACE_INCLUDE_DIRECTORIES "${CUDA_INCLUDE_DIRS}")
 endif()
 
-# The device types this InfiniRT defines must all be ones torch-infini has a
-# capability policy for (native/runtime/src/infinirt_capabilities.h): an
-# InfiniRT newer than the tested releases stops here, naming what is new,
-# rather than deep in a header.
+# The device types this InfiniRT defines must all be ones torch-infini knows
+# (its device type table, native/runtime/include/torch_infini/runtime/
+# device_types.h, whose rows are read here): an InfiniRT newer than the
+# tested releases stops here, naming what is new, rather than deep in a header.
 set(TORCH_INFINI_TESTED_INFINIRT "95c70080 (pinned) and a38977e")
-set(_ti_known_types Cpu Nvidia Cambricon Ascend Metax Moore Iluvatar Hygon Thead Mars)
+set(_ti_device_table "${CMAKE_CURRENT_LIST_DIR}/../native/runtime/include/torch_infini/runtime/device_types.h")
+file(STRINGS "${_ti_device_table}" _ti_rows REGEX "^  X\\(")
+set(_ti_known_types "")
+foreach(_row IN LISTS _ti_rows)
+  string(REGEX MATCH "X\\([a-z]+, +([A-Za-z]+)," _m "${_row}")
+  list(APPEND _ti_known_types "${CMAKE_MATCH_1}")
+endforeach()
 if(InfiniRT_FOUND)
   set(_ti_device_h "")
   foreach(_dir IN LISTS InfiniRT_INCLUDE_DIR)
@@ -87,7 +93,7 @@ if(InfiniRT_FOUND)
         "torch-infini: the InfiniRT at ${InfiniRT_INCLUDE_DIR} defines device types torch-infini "
         "has no capability policy for: ${_ti_unknown}. Tested InfiniRT releases: "
         "${TORCH_INFINI_TESTED_INFINIRT}. Use one of them, or add the types to "
-        "native/runtime/src/infinirt_capabilities.h from InfiniRT's docs/backends.md.")
+        "native/runtime/include/torch_infini/runtime/device_types.h from InfiniRT's docs/backends.md.")
     endif()
     set(InfiniRT_DEVICE_TYPES "${_ti_types}")
   else()

@@ -541,7 +541,7 @@ def _foreign_launches() -> int:
     """
     import torch_infini
 
-    return int(torch_infini._C._foreign_kernel_launches())
+    return int(torch_infini._C._non_cpu_kernel_launches())
 
 
 def _fallback_calls() -> int:
@@ -980,7 +980,7 @@ def _worker(max_samples: int | None, staged: bool) -> int:
     import torch_infini
     from op_coverage import dtype_name, opinfo_id
 
-    torch_infini._C._fallback_force_staging(staged)
+    torch_infini._C._set_fallback_staging_forced(staged)
     faulthandler.enable()  # a crash names the Python frame on stderr
     opinfos = all_opinfos()
     simulate = [rule.split(":", 1) for rule in os.environ.get(SIMULATE_VARIABLE, "").split(",")]

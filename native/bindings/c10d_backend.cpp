@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "c10d_backend.h"
-#include "torch_infini/distributed/backend.h"
+#include "torch_infini/distributed/process_group.h"
 
 namespace torch_infini::bindings {
 

@@ -19,14 +19,9 @@ from . import _backend, _compile_cache  # noqa: E402
 # is registered, so a refused directory leaves `import torch_infini` retryable.
 _compile_cache.secure_directories()
 
-# 2. Select the backend: the environment is read once, here.
-_requested_backend = _backend.requested_from_environment()
-
-# 3. Rename PrivateUse1, load the native library (its registrations), hand
-# it the selection.
-if torch._C._get_privateuse1_backend_name() != "infini":
-    torch.utils.rename_privateuse1_backend("infini")
-
+# 2. Load the native library (its registrations; the device-type table the
+# selection is checked against), read the requested backend from the
+# environment (once, here), rename PrivateUse1 and hand over the selection.
 try:
     from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
 except ImportError as _error:
@@ -39,19 +34,21 @@ except ImportError as _error:
         ) from _error
     raise
 
+_requested_backend = _backend.requested_from_environment()
+
+if torch._C._get_privateuse1_backend_name() != "infini":
+    torch.utils.rename_privateuse1_backend("infini")
+
 _backend.apply(_requested_backend)
 
-# 4. torch.infini and the generated Tensor/Module/Storage methods.
+# 3. torch.infini and the generated Tensor/Module/Storage methods.
 from . import infini as _infini_module  # noqa: E402
 
 torch._register_device_module("infini", _infini_module)
+_infini_module._install_submodules("torch.infini")  # `import torch.infini.streams` too
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
-
-from . import _printing  # noqa: E402
-
-_printing.install()
 
 from . import cpu_fallback, distributed, ops  # noqa: E402
 
@@ -61,10 +58,13 @@ from . import _exit  # noqa: E402
 
 _exit.install()
 
-from . import _compile_fallback  # noqa: E402
-
 _compile_cache.install()  # torch.compile's caches keyed to torch_infini's code generation
-_compile_fallback.install()  # aot_eager for infini graphs where Inductor cannot serve them
+
+from . import _patches  # noqa: E402
+
+# Printing infini tensors, init_process_group's default backend on infini,
+# aot_eager for infini graphs where Inductor cannot serve them.
+_patches.apply()
 
 cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 

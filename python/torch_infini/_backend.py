@@ -12,20 +12,27 @@ from __future__ import annotations
 import os
 
 ENV_VAR = "TORCH_INFINI_BACKEND"
-# Every name TORCH_INFINI_BACKEND may take in some build.
-INFINI_TYPES = ("cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon")
-KNOWN = ("auto", "host", *INFINI_TYPES)
+
+
+def known_backends() -> tuple[str, ...]:
+    """Every name TORCH_INFINI_BACKEND may take in some build: ``auto``,
+    ``host`` and InfiniRT's device types, read from the native device-type
+    table (native/runtime/include/torch_infini/runtime/device_types.h)."""
+    from . import _C
+
+    return ("auto", "host", *_C._infinirt_device_types())
 
 
 def requested_from_environment() -> str:
     """The requested backend; ImportError for a name no build knows.
 
-    Checked before anything is renamed or loaded.
+    Checked before the device is renamed or the backend selected.
     """
     value = os.environ.get(ENV_VAR, "").strip() or "auto"
-    if value not in KNOWN:
+    known = known_backends()
+    if value not in known:
         raise ImportError(
-            f"torch_infini: {ENV_VAR}={value!r} is not a backend; choose one of {', '.join(KNOWN)}"
+            f"torch_infini: {ENV_VAR}={value!r} is not a backend; choose one of {', '.join(known)}"
         )
     return value
 

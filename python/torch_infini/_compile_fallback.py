@@ -11,8 +11,8 @@ to Inductor as before.
 
 The hook is PyTorch's own object for ``backend="inductor"``
 (``torch._TorchCompileInductorWrapper``, what ``torch.compile`` builds for
-its default backend): its ``__call__`` is wrapped at import, which loads
-nothing of Dynamo or Inductor.
+its default backend): _patches.py wraps its ``__call__`` at import, which
+loads nothing of Dynamo or Inductor, and the wrapper asks this module.
 """
 
 from __future__ import annotations
@@ -69,19 +69,9 @@ def _warn_once() -> None:
     )
 
 
-def install() -> None:
-    wrapper = torch._TorchCompileInductorWrapper
-    original = wrapper.__call__
-    if getattr(original, "_torch_infini_fallback", False):
-        return
+def compile_with_aot_eager(model_: Any, inputs_: Any) -> Any:
+    """``model_`` compiled with ``aot_eager``, after the one warning."""
+    _warn_once()
+    from torch._dynamo.backends.registry import lookup_backend
 
-    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
-        if holds_infini_tensors(model_, inputs_) and not inductor_serves_infini():
-            _warn_once()
-            from torch._dynamo.backends.registry import lookup_backend
-
-            return lookup_backend("aot_eager")(model_, inputs_)
-        return original(self, model_, inputs_, **kwargs)
-
-    __call__._torch_infini_fallback = True  # type: ignore[attr-defined]
-    wrapper.__call__ = __call__  # type: ignore[method-assign]
+    return lookup_backend("aot_eager")(model_, inputs_)

@@ -14,11 +14,9 @@ the device module (``torch.infini``) for ``Scheduling``,
 ``PythonWrapperCodegen`` and ``CppWrapperCodegen`` the first time it
 compiles, so nothing here is imported before ``torch.compile`` is used.
 
-Two decisions Inductor makes by the device name "cpu" have no hook, and are
-extended to infini here (test_compile.py pins them by name):
-``BaseSchedulerNode.is_cpu`` (else GPU-only scheduler rewrites run on C++
-kernels) and ``utils.get_current_backend`` (else an unknown device gets the
-Triton backend's code paths).
+Two decisions Inductor makes by the device name "cpu" have no hook; this
+module has _patches.py extend them to infini as it loads
+(``_patches.apply_to_inductor``).
 """
 
 from __future__ import annotations
@@ -33,13 +31,13 @@ from torch._dynamo.device_interface import (
     DeviceInterface,
     register_interface_for_device,
 )
-from torch._inductor import scheduler as _scheduler
-from torch._inductor import utils as _utils
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # noqa: F401  (the CPU's, as is)
 from torch._inductor.virtualized import V
+
+from . import _patches
 
 DEVICE = "infini"
 
@@ -177,37 +175,8 @@ class InfiniInterface(DeviceInterface):
         raise RuntimeError("torch.compile on infini generates C++ kernels, not Triton")
 
 
-def _extend_cpu_decisions() -> None:
-    original_backend = _utils.get_current_backend
-
-    def get_current_backend(device_type: str | None = None) -> str:
-        if not device_type:
-            device_type = V.graph.get_current_device_or_throw().type
-        if device_type == DEVICE:
-            return "cpp"
-        return original_backend(device_type)
-
-    # Modules that imported it by name hold their own reference.
-    for module in (_utils, _common, _scheduler):
-        if getattr(module, "get_current_backend", None) is original_backend:
-            module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
-    try:
-        from torch._inductor.kernel import mm_common
-
-        if getattr(mm_common, "get_current_backend", None) is original_backend:
-            mm_common.get_current_backend = get_current_backend  # type: ignore[attr-defined]
-    except ImportError:
-        pass
-
-    def is_cpu(self: Any) -> bool:
-        device = self.get_device()
-        return device is not None and device.type in ("cpu", DEVICE)
-
-    _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
-
-
 _common.register_device_op_overrides(DEVICE, InfiniDeviceOpOverrides())
 register_interface_for_device(DEVICE, InfiniInterface)
-_extend_cpu_decisions()
+_patches.apply_to_inductor()
 
 Scheduling = CppScheduling

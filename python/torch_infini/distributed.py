@@ -26,9 +26,6 @@ device memory, so work enqueued after it sees them.
 
 from __future__ import annotations
 
-import functools
-import inspect
-import sys
 from datetime import timedelta
 from typing import Any
 
@@ -40,8 +37,9 @@ from . import _C, _backend
 BACKEND_NAME = "infini"
 
 # What ``init_process_group()`` without a backend and a device_id uses where
-# infini is the accelerator: CPU tensors through gloo, infini tensors through
-# "infini" (as "cpu:gloo,cuda:nccl" serves both kinds of tensors on CUDA).
+# infini is the accelerator (_patches.py makes it so): CPU tensors through
+# gloo, infini tensors through "infini" (as "cpu:gloo,cuda:nccl" serves both
+# kinds of tensors on CUDA).
 DEFAULT_BACKEND = f"cpu:gloo,infini:{BACKEND_NAME}"
 
 __all__ = ["BACKEND_NAME", "engine", "is_available"]
@@ -86,51 +84,9 @@ def _create_backend(
     return _C._dist_backend(gloo, rank, size, infiniccl_store, timeout_ms)
 
 
-def _default_backend_on_infini(init_process_group: Any) -> Any:
-    """``init_process_group`` that, given neither a backend nor a device_id
-    where the accelerator is infini, uses :data:`DEFAULT_BACKEND`.
-
-    c10d alone would name the group's backend "undefined", create only the
-    accelerator's backend and make gloo (never created) the group's default:
-    CPU collectives then find no backend, and DDP fails with "Could not find
-    backend type 1 for Process Group with name gloo"."""
-    signature = inspect.signature(init_process_group)
-
-    @functools.wraps(init_process_group)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        bound = signature.bind(*args, **kwargs)
-        if (
-            bound.arguments.get("backend") is None
-            and bound.arguments.get("device_id") is None
-            and torch._C._get_accelerator().type == "infini"
-        ):
-            bound.arguments["backend"] = DEFAULT_BACKEND
-        return init_process_group(*bound.args, **bound.kwargs)
-
-    wrapper._torch_infini_default_backend = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _install_default_backend() -> None:
-    c10d = dist.distributed_c10d
-    original = c10d.init_process_group
-    if getattr(original, "_torch_infini_default_backend", False):
-        return
-    wrapped = _default_backend_on_infini(original)
-    # Every module of torch.distributed that holds the function by name
-    # (torch.distributed, device_mesh's init_device_mesh, ...); modules
-    # imported later take it from distributed_c10d.
-    for name, module in list(sys.modules.items()):
-        if (name == "torch.distributed" or name.startswith("torch.distributed.")) and getattr(
-            module, "init_process_group", None
-        ) is original:
-            module.init_process_group = wrapped  # type: ignore[attr-defined]
-
-
 def _register() -> None:
     if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(
         BACKEND_NAME, _create_backend, extended_api=True, devices=["infini"]
     )
-    _install_default_backend()

@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "torch_infini/runtime/allocator.h"
-#include "torch_infini/runtime/backend.h"
+#include "torch_infini/runtime/backend_selection.h"
 #include "torch_infini/runtime/host_runtime.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
@@ -99,7 +99,7 @@ constexpr size_t kBusyBlockBytes = 8192;
 // nothing would give it straight back to the next same-size request of its
 // allocation stream while the side stream is still going to write into it.
 void recordStreamDefersReuseWhileTheStreamIsBusy() {
-  auto& rt = torch_infini::runtime::get();
+  auto& rt = torch_infini::runtime::selectedRuntime();
   if (rt.name() != "host" || !rt.capabilities().async_memcpy) return;  // inline streams
   auto* alloc = torch_infini::deviceAllocator();
   alloc->emptyCache({0, 0});
@@ -229,7 +229,7 @@ void concurrentThreadsOnTheirOwnStreams() {
     const c10::Stream mine = torch_infini::streamFromPool(device);
     const c10::Stream other = torch_infini::streamFromPool(device);
     torch_infini::exchangeStream(mine);
-    torch_infini::runtime::DeviceRuntime& rt = torch_infini::runtime::get();
+    torch_infini::runtime::DeviceRuntime& rt = torch_infini::runtime::selectedRuntime();
     struct Held {
       c10::DataPtr ptr;
       size_t bytes;

@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "fake_infiniccl.h"
-#include "torch_infini/distributed/backend.h"
+#include "torch_infini/distributed/process_group.h"
 #include "torch_infini/torch_infini.h"
 
 using namespace std::chrono_literals;

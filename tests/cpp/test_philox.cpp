@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "check.h"
-#include "philox.h"
-#include "random_kernels.h"
+#include "random/kernels.h"
+#include "random/philox.h"
 
 using namespace torch_infini::ops;
 

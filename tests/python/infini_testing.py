@@ -157,11 +157,11 @@ def forced_staging(on: bool = True) -> Iterator[None]:
     if not on:
         yield
         return
-    torch_infini._C._fallback_force_staging(True)
+    torch_infini._C._set_fallback_staging_forced(True)
     try:
         yield
     finally:
-        torch_infini._C._fallback_force_staging(False)
+        torch_infini._C._set_fallback_staging_forced(False)
 
 
 # ---------------------------------------------------------------- subprocesses

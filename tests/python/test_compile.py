@@ -226,16 +226,20 @@ def test_compile_caches_are_keyed_to_this_code_generation() -> None:
     another torch_infini (say, without the stream waits) must not be reused.
     torch_infini's tag (version and hash of its code generation) is part of
     every cache key."""
-    source = Path(torch_infini.__file__).with_name("_inductor.py").read_bytes()
+    package = Path(torch_infini.__file__)
+    sources = b"".join(
+        package.with_name(name).read_bytes() for name in _compile_cache.CODEGEN_SOURCES
+    )
     tag = _compile_cache.tag()
-    assert hashlib.sha256(source).hexdigest()[:16] in tag
+    assert _compile_cache.CODEGEN_SOURCES == ("_inductor.py", "_patches.py")
+    assert hashlib.sha256(sources).hexdigest()[:16] in tag
     assert torch_infini.__version__ in tag
     assert tag in torch.compiler.config.cache_key_tag
 
 
 def test_inductor_decides_for_infini_as_for_the_cpu() -> None:
     """The two decisions Inductor takes by the device name "cpu", extended to
-    infini by torch_infini/_inductor.py. A PyTorch that moves them makes this
+    infini by torch_infini/_patches.py. A PyTorch that moves them makes this
     fail by name rather than a compile fail deep inside Inductor."""
     import torch._inductor.codegen.common as common
     from torch._inductor import scheduler, utils

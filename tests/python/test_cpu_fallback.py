@@ -485,7 +485,7 @@ def test_stats_count_calls_time_and_bytes() -> None:
 def _host_addressable() -> bool:
     """The fallback runs the CPU kernel on device memory in place (else: staged copies)."""
     in_place = bool(torch_infini._C._capabilities()["host_addressable"])
-    return in_place and not torch_infini._C._fallback_forces_staging()
+    return in_place and not torch_infini._C._fallback_staging_forced()
 
 
 @pytest.mark.skipif(not _host_addressable(), reason="device memory is not host memory")

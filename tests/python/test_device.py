@@ -33,6 +33,25 @@ def test_init_and_is_initialized() -> None:
     assert torch_infini.is_initialized() is True
 
 
+def test_submodules_import_by_torch_infini_names() -> None:
+    """torch.infini.random, .streams and .memory import as torch.cuda's do,
+    as the modules torch.infini re-exports (not second copies)."""
+    import importlib
+
+    from torch.infini.random import manual_seed
+    from torch.infini.streams import Stream
+
+    assert manual_seed is torch.infini.manual_seed
+    assert Stream is torch.infini.Stream
+    for name in ("random", "streams", "memory"):
+        module = importlib.import_module(f"torch.infini.{name}")
+        assert module is getattr(torch.infini, name)
+        assert module is importlib.import_module(f"torch_infini.infini.{name}")
+        assert name in torch.infini.__all__
+    assert torch.infini.memory.memory_stats is torch.infini.memory_stats
+    assert torch.infini.streams.current_stream() == torch.infini.current_stream()
+
+
 def test_current_device_is_valid() -> None:
     current = torch.infini.current_device()
     assert isinstance(current, int)

@@ -562,13 +562,13 @@ def test_the_staged_fallback_gives_the_same_answers() -> None:
     z = torch.randn(6, dtype=torch.complex64, generator=torch.Generator().manual_seed(3))
     z = z.to(torch.complex32)
     v = torch.randn(1, 2, 4, 4, 4, generator=torch.Generator().manual_seed(4)).half()
-    torch_infini._C._fallback_force_staging(True)
+    torch_infini._C._set_fallback_staging_forced(True)
     try:
         counts = torch.histc(_on_infini(ids), bins=8, min=0, max=7)
         exp = torch.exp(_on_infini(z))
         pooled = torch.nn.functional.avg_pool3d(_on_infini(v), 2)
     finally:
-        torch_infini._C._fallback_force_staging(False)
+        torch_infini._C._set_fallback_staging_forced(False)
     assert_bitwise_equal(counts, cuda_integer_histc(ids, bins=8, min=0, max=7))
     assert_bitwise_equal(exp, torch.exp(z.to(torch.complex64)).to(torch.complex32))
     assert_bitwise_equal(pooled, torch.nn.functional.avg_pool3d(v.float(), 2).half())

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch_infini
 
-INFINI_TYPES = ["cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon"]
+# The build's device type table (native/runtime/include/torch_infini/runtime/device_types.h).
+INFINI_TYPES = list(torch_infini._C._infinirt_device_types())
 STACK_REASON = "needs torch-infini built against InfiniRT/InfiniOps (none was found at build time)"
 has_stack = any(name in torch_infini.compiled_backends() for name in INFINI_TYPES)
 requires_stack = pytest.mark.skipif(not has_stack, reason=STACK_REASON)
@@ -31,6 +32,38 @@ def test_compiled_backends_are_host_plus_infini_types() -> None:
     compiled = torch_infini.compiled_backends()
     assert compiled[0] == "host"
     assert set(compiled[1:]) <= set(INFINI_TYPES)
+
+
+def test_the_device_type_table_is_infiniRT_s_order() -> None:
+    # InfiniRT's enum order at the tested releases (pinned ends at hygon;
+    # the current head adds thead and mars).
+    assert INFINI_TYPES[:8] == [
+        "cpu",
+        "nvidia",
+        "cambricon",
+        "ascend",
+        "metax",
+        "moore",
+        "iluvatar",
+        "hygon",
+    ]
+    assert {"thead", "mars"} <= set(INFINI_TYPES)
+
+
+@pytest.mark.parametrize("device_type", INFINI_TYPES)
+def test_every_device_type_the_build_knows_is_selectable(device_type: str) -> None:
+    """Each name of the table is a backend to TORCH_INFINI_BACKEND: it serves,
+    or (not compiled in, no device) fails the import saying so, never with
+    "is not a backend"."""
+    result = run_python("import torch_infini; print(torch_infini.backend())", device_type)
+    assert "is not a backend" not in result.stderr
+    if result.returncode == 0:
+        assert result.stdout.strip() == device_type
+    else:
+        assert "ImportError" in result.stderr
+        compiled = device_type in torch_infini.compiled_backends()
+        reason = "reports no device" if compiled else "not compiled into this build"
+        assert reason in result.stderr, result.stderr
 
 
 def test_uncompiled_infini_type_fails_the_import_with_the_reason() -> None:

@@ -26,7 +26,7 @@
 #include <string>
 
 #include "collective_watchdog.h"
-#include "torch_infini/distributed/backend.h"
+#include "torch_infini/distributed/process_group.h"
 #include "torch_infini/runtime/stream.h"
 
 namespace torch_infini::distributed {

@@ -1,7 +1,7 @@
 // Builds without InfiniCCL: no device engine; the CPU engine serves all.
 #include <c10/util/Exception.h>
 
-#include "torch_infini/distributed/backend.h"
+#include "torch_infini/distributed/process_group.h"
 
 namespace torch_infini::distributed {
 

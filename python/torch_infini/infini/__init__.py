@@ -1,12 +1,20 @@
-"""torch.infini: the infini device API, named and behaving like torch.cuda."""
+"""torch.infini: the infini device API, named and behaving like torch.cuda.
+
+As torch.cuda's, its functions live in submodules that are public too:
+``torch.infini.random`` (seeds and generator states), ``torch.infini.streams``
+(streams and events) and ``torch.infini.memory`` (allocator statistics and
+history); this module re-exports them.
+"""
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Any
 
 import torch
 
-from . import memory
+from . import memory, random, streams
 from ._device import (
     current_device,
     device,
@@ -20,27 +28,6 @@ from ._device import (
     set_device,
     synchronize,
 )
-from ._random import _is_in_bad_fork as _is_in_bad_fork
-from ._random import (
-    get_rng_state,
-    get_rng_state_all,
-    initial_seed,
-    manual_seed,
-    manual_seed_all,
-    seed,
-    seed_all,
-    set_rng_state,
-    set_rng_state_all,
-)
-from ._streams import (
-    Event,
-    Stream,
-    StreamContext,
-    current_stream,
-    default_stream,
-    set_stream,
-    stream,
-)
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -53,6 +40,27 @@ from .memory import (
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
     reset_peak_memory_stats,
+)
+from .random import _is_in_bad_fork as _is_in_bad_fork
+from .random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
 )
 
 __all__ = [
@@ -86,6 +94,7 @@ __all__ = [
     "memory_snapshot",
     "memory_stats",
     "memory_stats_as_nested_dict",
+    "random",
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
     "reset_peak_memory_stats",
@@ -96,6 +105,7 @@ __all__ = [
     "set_rng_state_all",
     "set_stream",
     "stream",
+    "streams",
     "synchronize",
 ]
 
@@ -120,6 +130,18 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     """
     del including_emulation
     return True
+
+
+def _install_submodules(name: str) -> None:
+    """Makes this package's submodules importable as ``<name>.<submodule>``
+    (``import torch.infini.streams``), as torch.cuda's are.
+
+    Without their ``sys.modules`` entries the import system would load a
+    second copy of each, whose relative imports resolve inside torch.
+    """
+    for value in list(globals().values()):
+        if isinstance(value, ModuleType) and value.__name__.startswith(__name__ + "."):
+            sys.modules[name + value.__name__.removeprefix(__name__)] = value
 
 
 # What Inductor asks a device module for the first time it compiles for the

@@ -42,8 +42,8 @@ std::vector<std::string> fallbackRoutedOperators();
 
 // Stage every fallback call through pinned copies, as on devices whose
 // memory is not host memory, even where it is: for tests of that path.
-void setFallbackForceStaging(bool force);
-bool fallbackForceStaging();
+void setFallbackStagingForced(bool force);
+bool fallbackStagingForced();
 
 struct FallbackStats {
   int64_t calls = 0;

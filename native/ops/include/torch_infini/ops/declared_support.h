@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "torch_infini/ops/kernel_provider.h"
+#include "torch_infini/runtime/device_types.h"
 
 namespace torch_infini::ops {
 
@@ -30,36 +31,35 @@ constexpr DtypeMask dtypeBit(c10::ScalarType t) { return DtypeMask{1} << static_
 
 // One InfiniOps operator as its build declares it.
 struct Declaration {
-  Op op;
+  SeamOp op;
   const char* infiniops;    // its operator class: "Gemm"
   DtypeMask dtypes;         // the dtype list its dispatch takes
   uint32_t device_types;    // bit i: kDeviceTypeNames[i] has a native implementation
   const char* computes_in;  // "float": float64 would lose precision; nullptr: the dtype itself
 };
 
-// InfiniRT's device types, in InfiniRT's enum order.
-inline constexpr std::string_view kDeviceTypeNames[] = {"cpu",   "nvidia", "cambricon", "ascend",
-                                                        "metax", "moore",  "iluvatar",  "hygon"};
+// InfiniRT's device types, in InfiniRT's enum order (the device type table).
+inline constexpr const auto& kDeviceTypeNames = runtime::kInfiniDeviceTypeNames;
 
 const std::vector<Declaration>& infiniOpsDeclarations();
 
 // The declaration of `op`, or nullptr where InfiniOps has no such operator
 // (torch-infini's own seam operators: Fill, Random).
-const Declaration* declarationOf(Op op);
+const Declaration* declarationOf(SeamOp op);
 
 // Why torch-infini does not run (op, dtype) natively on `device_type` although
 // InfiniOps declares it; nullptr where it does (or where InfiniOps does not
 // declare it at all: see declared()). `infinirt_conversions`: the kernel
 // converts through InfiniRT's scalar types (the InfiniOps provider), not
 // through PyTorch's (the host provider).
-const char* refusal(Op op, std::string_view device_type, c10::ScalarType dtype,
+const char* refusal(SeamOp op, std::string_view device_type, c10::ScalarType dtype,
                     bool infinirt_conversions);
 
 // InfiniOps declares (op, dtype) on `device_type`.
-bool declared(Op op, std::string_view device_type, c10::ScalarType dtype);
+bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype);
 
 // Declared and not refused: the provider runs it natively.
-inline bool nativeOn(Op op, std::string_view device_type, c10::ScalarType dtype,
+inline bool nativeOn(SeamOp op, std::string_view device_type, c10::ScalarType dtype,
                      bool infinirt_conversions) {
   return declared(op, device_type, dtype) &&
          refusal(op, device_type, dtype, infinirt_conversions) == nullptr;
@@ -68,7 +68,7 @@ inline bool nativeOn(Op op, std::string_view device_type, c10::ScalarType dtype,
 // nativeOn() for every (operator, dtype) at once: providers compute it when
 // they are made and answer supports() with a bit test (it is on the path of
 // every kernel call).
-using NativeMasks = std::array<DtypeMask, static_cast<size_t>(Op::kCount)>;
+using NativeMasks = std::array<DtypeMask, static_cast<size_t>(SeamOp::kCount)>;
 NativeMasks nativeMasks(std::string_view device_type, bool infinirt_conversions);
 
 inline bool inMask(DtypeMask mask, c10::ScalarType dtype) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "torch_infini/ops/seam_operators.h"
 #include "torch_infini/runtime/device_runtime.h"
 
 namespace torch_infini::ops {
@@ -36,35 +37,13 @@ struct TensorRef {
   }
 };
 
-// Operators of the seam. A provider declares which (operator, dtype) pairs
-// it supports; the bridge checks before it allocates or enqueues anything.
-enum class Op : uint8_t {
-  Copy,            // same-dtype strided copy, dst and src of equal shape
-  Cast,            // strided copy converting between dtypes (both must be supported)
-  Fill,            // dst[...] = value
-  Add,             // out = a + alpha * b; also out = x + alpha * scalar (binaryScalar)
-  Mul,             // out = a * b; also out = x * scalar (binaryScalar)
-  Gemm,            // out = alpha * a @ b, 2-D or batched 3-D
-  Relu,            // out = max(x, 0)
-  Silu,            // out = x * sigmoid(x)
-  RmsNorm,         // out = x / sqrt(mean(x^2, -1) + eps) * weight
-  Random,          // out = a draw from the device generator's Philox stream (random_fill.h)
-  SiluAndMul,      // out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
-  Swiglu,          // out = input * silu(gate) (torch.ops.infini.swiglu)
-  CausalSoftmax,   // out = softmax over the causal prefix of each row (torch.ops.infini)
-  Cat,             // out = the inputs one after another along a dimension
-  AmpUnscale,      // GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan (torch.amp)
-  AmpUpdateScale,  // GradScaler: the scale backed off or grown from found_inf
-  kCount
-};
-
-const char* opName(Op op);
+// The seam's operators (SeamOp, opName): seam_operators.h.
 
 class KernelProvider {
  public:
   virtual ~KernelProvider() = default;
   virtual const std::string& name() const = 0;
-  virtual bool supports(Op op, c10::ScalarType dtype) const = 0;
+  virtual bool supports(SeamOp op, c10::ScalarType dtype) const = 0;
 
   // dst[i] = src[i] for every index of the (equal) shape. Copy when dtypes
   // match, Cast otherwise. src and dst may live on different devices of the
@@ -81,13 +60,13 @@ class KernelProvider {
                    runtime::StreamHandle stream) = 0;
   virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
                    runtime::StreamHandle stream) = 0;
-  // out = x * scalar (Op::Mul) or x + alpha * scalar (Op::Add) where
+  // out = x * scalar (SeamOp::Mul) or x + alpha * scalar (SeamOp::Add) where
   // scalarOperand(op, x.dtype): the scalar applied as PyTorch's CPU kernels
   // apply a Python number operand, in the operator's math type (float16 and
   // bfloat16: unrounded, in float: 1e-3 * 1e5 is 100, not inf; -0.0 * 0.5 is
   // -0.0). The bridge takes other scalar operands to the device first.
-  virtual bool scalarOperand(Op op, c10::ScalarType dtype) const = 0;
-  virtual void binaryScalar(Op op, const TensorRef& out, const TensorRef& x,
+  virtual bool scalarOperand(SeamOp op, c10::ScalarType dtype) const = 0;
+  virtual void binaryScalar(SeamOp op, const TensorRef& out, const TensorRef& x,
                             const c10::Scalar& scalar, double alpha,
                             runtime::StreamHandle stream) = 0;
   // a: [.., m, k], b: [.., k, n], out: [.., m, n]; any strides with a unit
@@ -112,11 +91,11 @@ class KernelProvider {
   // Writes `draw` (whose seed and offset the bridge took from the generator
   // when it enqueued the call) into out, in stream order; draws with tensor
   // inputs (Bernoulli with a p tensor) never come here. Providers whose
-  // library has no generator do not support Op::Random: the bridge then
-  // generates on the host (random.cpp).
+  // library has no generator do not support SeamOp::Random: the bridge then
+  // generates on the host (random/operators.cpp).
   virtual void random(const TensorRef& out, const RandomDraw& draw,
                       runtime::StreamHandle stream) = 0;
-  // Fused LLM kernels (fused.cpp has their definitions): computed in float
+  // Fused LLM kernels (fused/activations.cpp has their definitions): computed in float
   // (double for float64), rounded once to the output's dtype. x is [..., 2h]
   // and out [..., h]; for swiglu all three share one shape.
   virtual void siluAndMul(const TensorRef& out, const TensorRef& x,
@@ -146,11 +125,11 @@ class KernelProvider {
 // be the CPU's bit for bit: InfiniOps' add, mul, gemm, ... The host provider
 // runs the CPU's own kernels and counts none. Tools read the count before and
 // after a call to tell how to compare its results with the CPU's.
-int64_t foreignKernelLaunches();
-void countForeignKernelLaunch();
+int64_t nonCpuKernelLaunches();
+void countNonCpuKernelLaunch();
 
 // The provider paired with the selected runtime (host runtime: host kernels;
 // an InfiniRT runtime: InfiniOps kernels). Initialized on first use.
-KernelProvider& kernels();
+KernelProvider& selectedKernelProvider();
 
 }  // namespace torch_infini::ops

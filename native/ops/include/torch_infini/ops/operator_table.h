@@ -1,6 +1,7 @@
-// Which ATen operators the bridge registers for infini, and which seam
-// operator (hence which provider-declared dtypes) serves each. Reports and
-// conformance tests read it; a test checks it against the dispatcher.
+// Which operators the bridge registers for infini, and which seam operator
+// (hence which provider-declared dtypes) serves each. Registering a kernel
+// adds its entry (src/aten/bridge_registrar.h); reports and conformance
+// tests read the table, and a test checks it against the dispatcher.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -14,14 +15,15 @@
 namespace torch_infini::ops {
 
 struct OperatorEntry {
-  const char* name;      // "aten::add.Tensor"
-  const char* family;    // "elementwise", "matmul", ...
-  std::optional<Op> op;  // nullopt: no kernel involved (factories, views), every dtype
+  std::string name;          // "aten::add.Tensor"
+  const char* family;        // "elementwise", "matmul", ...
+  std::optional<SeamOp> op;  // nullopt: no kernel involved (factories, views), every dtype
   // Without a seam operator, the dtypes the bridge takes where not every
   // dtype (random operators: those the CPU's kernel takes); null: every one.
   bool (*accepts)(c10::ScalarType) = nullptr;
 };
 
+// Complete once the library has loaded (its registrations ran).
 const std::vector<OperatorEntry>& bridgeOperators();
 
 // Dtypes the selected provider accepts for `entry` (every dtype PyTorch has

@@ -1,0 +1,72 @@
+// The operators of the kernel seam: the one list. The SeamOp enum, opName(),
+// the InfiniOps provider's "is it instantiated" query and CMake's
+// TORCH_INFINI_OPS_HAS_<CLASS> definitions (cmake/TorchInfiniStack.cmake
+// parses the rows) are all derived from it.
+//
+// A row: X(enumerator, name, InfiniOps operator class or none). Keep each
+// row on one line starting with "  X(".
+//   Copy            same-dtype strided copy, dst and src of equal shape
+//   Cast            strided copy converting between dtypes (both supported)
+//   Fill            dst[...] = value
+//   Add             out = a + alpha * b; also out = x + alpha * scalar
+//   Mul             out = a * b; also out = x * scalar
+//   Gemm            out = alpha * a @ b, 2-D or batched 3-D
+//   Relu, Silu      out = max(x, 0); out = x * sigmoid(x)
+//   RmsNorm         out = x / sqrt(mean(x^2, -1) + eps) * weight
+//   Random          a draw from the device generator's Philox stream (random/fill.h)
+//   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
+//   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
+//   CausalSoftmax   softmax over the causal prefix of each row (torch.ops.infini)
+//   Cat             the inputs one after another along a dimension
+//   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
+//   AmpUpdateScale  GradScaler: the scale backed off or grown from found_inf
+#pragma once
+
+#include <cstdint>
+
+// clang-format off
+#define TORCH_INFINI_SEAM_OPERATORS(X)              \
+  X(Copy, copy, Cast)                               \
+  X(Cast, cast, Cast)                               \
+  X(Fill, fill, none)                               \
+  X(Add, add, Add)                                  \
+  X(Mul, mul, Mul)                                  \
+  X(Gemm, gemm, Gemm)                               \
+  X(Relu, relu, Relu)                               \
+  X(Silu, silu, Silu)                               \
+  X(RmsNorm, rms_norm, RmsNorm)                     \
+  X(Random, random, none)                           \
+  X(SiluAndMul, silu_and_mul, SiluAndMul)           \
+  X(Swiglu, swiglu, Swiglu)                         \
+  X(CausalSoftmax, causal_softmax, CausalSoftmax)   \
+  X(Cat, cat, Cat)                                  \
+  X(AmpUnscale, amp_unscale, none)                  \
+  X(AmpUpdateScale, amp_update_scale, none)
+// clang-format on
+
+namespace torch_infini::ops {
+
+// An operator of the seam. A provider declares which (operator, dtype) pairs
+// it supports; the bridge checks before it allocates or enqueues anything.
+enum class SeamOp : uint8_t {
+#define TORCH_INFINI_SEAM_ENUMERATOR(enumerator, name, infiniops) enumerator,
+  TORCH_INFINI_SEAM_OPERATORS(TORCH_INFINI_SEAM_ENUMERATOR)
+#undef TORCH_INFINI_SEAM_ENUMERATOR
+      kCount
+};
+
+// "add", "rms_norm", ...: the row's name.
+constexpr const char* opName(SeamOp op) {
+  switch (op) {
+#define TORCH_INFINI_SEAM_NAME(enumerator, name, infiniops) \
+  case SeamOp::enumerator:                                  \
+    return #name;
+    TORCH_INFINI_SEAM_OPERATORS(TORCH_INFINI_SEAM_NAME)
+#undef TORCH_INFINI_SEAM_NAME
+    case SeamOp::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,285 @@
+// InfiniOps' fused LLM kernels as PyTorch operators in the `infini`
+// namespace (torch.ops.infini.*). Each has a schema, a CPU reference (the
+// oracle; it also serves CPU tensors), a Meta kernel (shapes only, so
+// torch.compile can trace it), an infini kernel through the kernel seam
+// (InfiniOps' own kernel, or the reference on `host`), and an autograd
+// formula. A dtype the provider does not declare runs in the CPU fallback,
+// under its policy.
+//
+// Semantics (docs/fused_operators.md): computed in float (double for
+// float64 inputs), rounded once to the input's dtype.
+//   silu_and_mul(Tensor input) -> Tensor
+//       input [..., 2h] -> silu(input[..., :h]) * input[..., h:], [..., h]
+//   swiglu(Tensor input, Tensor gate) -> Tensor
+//       input * silu(gate), one shape
+//   causal_softmax(Tensor input) -> Tensor
+//       input [..., s, t], s <= t: softmax of row i over columns j <= t - s + i,
+//       0 elsewhere
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "aten/bridge.h"
+#include "aten/bridge_registrar.h"
+#include "fallback/refusal.h"
+#include "fused/reference.h"
+
+namespace torch_infini::ops {
+
+void checkSiluAndMul(const at::Tensor& x) {
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()),
+              "infini::silu_and_mul: expected a floating-point input, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0,
+              "infini::silu_and_mul: the last dimension holds the gate and the up halves and "
+              "must be even, got input of shape ",
+              x.sizes());
+}
+
+void checkSwiglu(const at::Tensor& input, const at::Tensor& gate) {
+  TORCH_CHECK(at::isFloatingType(input.scalar_type()),
+              "infini::swiglu: expected floating-point tensors, got ", input.scalar_type());
+  TORCH_CHECK(input.scalar_type() == gate.scalar_type(),
+              "infini::swiglu: input and gate must have one dtype, got ", input.scalar_type(),
+              " and ", gate.scalar_type());
+  TORCH_CHECK(input.sizes() == gate.sizes(),
+              "infini::swiglu: input and gate must have one shape, got ", input.sizes(), " and ",
+              gate.sizes());
+  checkSameDevice(input, gate);
+}
+
+void checkCausalSoftmax(const at::Tensor& x) {
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()),
+              "infini::causal_softmax: expected a floating-point input, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() >= 2 && x.size(-2) <= x.size(-1),
+              "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after "
+              "t - s cached keys), got shape ",
+              x.sizes());
+}
+
+at::Tensor siluAndMulReference(const at::Tensor& x) {
+  checkSiluAndMul(x);
+  const int64_t h = x.size(-1) / 2;
+  const at::Tensor gate = x.narrow(-1, 0, h).to(wide(x.scalar_type()));
+  const at::Tensor up = x.narrow(-1, h, h).to(wide(x.scalar_type()));
+  return (at::silu(gate) * up).to(x.scalar_type());
+}
+
+at::Tensor causalSoftmaxReference(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  const int64_t s = x.size(-2);
+  const int64_t t = x.size(-1);
+  const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
+  const at::Tensor w = x.to(wide(x.scalar_type()));
+  // 0 in the masked entries whatever the row holds (softmax alone gives NaN
+  // there in a row with NaN or +inf allowed), as InfiniOps' kernel writes them.
+  const at::Tensor outside = masked.logical_not();
+  return at::softmax(w.masked_fill(outside, -INFINITY), -1)
+      .masked_fill(outside, 0)
+      .to(x.scalar_type());
+}
+
+at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {
+  checkSwiglu(input, gate);
+  const c10::ScalarType w = wide(input.scalar_type());
+  return (input.to(w) * at::silu(gate.to(w))).to(input.scalar_type());
+}
+
+namespace {
+
+// ---- CPU and Meta ------------------------------------------------------------
+
+at::Tensor silu_and_mul_cpu(const at::Tensor& x) { return siluAndMulReference(x); }
+at::Tensor causal_softmax_cpu(const at::Tensor& x) { return causalSoftmaxReference(x); }
+at::Tensor swiglu_cpu(const at::Tensor& input, const at::Tensor& gate) {
+  return swigluReference(input, gate);
+}
+
+std::vector<int64_t> halvedLast(const at::Tensor& x) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() /= 2;
+  return sizes;
+}
+
+at::Tensor silu_and_mul_meta(const at::Tensor& x) {
+  checkSiluAndMul(x);
+  return at::empty(halvedLast(x), x.options());
+}
+at::Tensor causal_softmax_meta(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  return at::empty(x.sizes(), x.options());
+}
+at::Tensor swiglu_meta(const at::Tensor& input, const at::Tensor& gate) {
+  checkSwiglu(input, gate);
+  return at::empty(input.sizes(), input.options());
+}
+
+// ---- infini, through the kernel seam ------------------------------------------------
+
+// Operator descriptors for the CPU-fallback helper (as ATen's at::_ops).
+struct silu_and_mul_op {
+  using schema = at::Tensor(const at::Tensor&);
+  static constexpr const char* name = "infini::silu_and_mul";
+  static constexpr const char* overload_name = "";
+};
+struct causal_softmax_op {
+  using schema = at::Tensor(const at::Tensor&);
+  static constexpr const char* name = "infini::causal_softmax";
+  static constexpr const char* overload_name = "";
+};
+struct swiglu_op {
+  using schema = at::Tensor(const at::Tensor&, const at::Tensor&);
+  static constexpr const char* name = "infini::swiglu";
+  static constexpr const char* overload_name = "";
+};
+
+at::Tensor silu_and_mul_infini(const at::Tensor& x) {
+  checkSiluAndMul(x);
+  requireKernel("infini::silu_and_mul", SeamOp::SiluAndMul, x.scalar_type());
+  at::Tensor out = emptyOnDevice(x, halvedLast(x));
+  if (out.numel() > 0) selectedKernelProvider().siluAndMul(toRef(out), toRef(x), streamOf(out));
+  return out;
+}
+
+at::Tensor causal_softmax_infini(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  requireKernel("infini::causal_softmax", SeamOp::CausalSoftmax, x.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(x.dim() == 2 || x.dim() == 3,
+                              "infini::causal_softmax: the kernel takes 2-D and 3-D inputs, got ",
+                              x.dim(), "-D input of shape ", x.sizes());
+  at::Tensor out = emptyOnDevice(x, x.sizes());
+  if (out.numel() > 0) selectedKernelProvider().causalSoftmax(toRef(out), toRef(x), streamOf(out));
+  return out;
+}
+
+at::Tensor swiglu_infini(const at::Tensor& input, const at::Tensor& gate) {
+  checkSwiglu(input, gate);
+  requireKernel("infini::swiglu", SeamOp::Swiglu, input.scalar_type());
+  at::Tensor out = emptyOnDevice(input, input.sizes());
+  if (out.numel() > 0)
+    selectedKernelProvider().swiglu(toRef(out), toRef(input), toRef(gate), streamOf(out));
+  return out;
+}
+
+// ---- autograd (every device) ----------------------------------------------------------
+
+// d/dx of silu(g) * u: (grad * u * silu'(g), grad * silu(g)), computed as
+// the reference does, in float (double for float64), rounded once.
+std::pair<at::Tensor, at::Tensor> siluProductGrads(const at::Tensor& grad, const at::Tensor& g,
+                                                   const at::Tensor& u) {
+  const c10::ScalarType dtype = g.scalar_type();
+  const c10::ScalarType w = wide(dtype);
+  const at::Tensor gw = g.to(w);
+  const at::Tensor grad_w = grad.to(w);
+  const at::Tensor d_gate = at::silu_backward(grad_w * u.to(w), gw).to(dtype);
+  const at::Tensor d_up = (grad_w * at::silu(gw)).to(dtype);
+  return {d_gate, d_up};
+}
+
+class SiluAndMulFunction : public torch::autograd::Function<SiluAndMulFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("infini::silu_and_mul", "")
+                               .typed<silu_and_mul_op::schema>();
+    return op.call(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    const int64_t h = x.size(-1) / 2;
+    auto [d_gate, d_up] = siluProductGrads(grads[0], x.narrow(-1, 0, h), x.narrow(-1, h, h));
+    return {at::cat({d_gate, d_up}, -1)};
+  }
+};
+
+class CausalSoftmaxFunction : public torch::autograd::Function<CausalSoftmaxFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("infini::causal_softmax", "")
+                               .typed<causal_softmax_op::schema>();
+    at::Tensor y = op.call(x);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  // softmax's: y * (grad - sum(grad * y)), in float; masked entries get
+  // none (+0).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor y = ctx->get_saved_variables()[0];
+    const c10::ScalarType w = wide(y.scalar_type());
+    at::Tensor grad = at::_softmax_backward_data(grads[0].to(w), y.to(w), -1, w);
+    // A masked entry does not reach the output: its gradient is +0, as
+    // through masked_fill (y * (...) would give -0 or NaN there).
+    const int64_t s = y.size(-2), t = y.size(-1);
+    const at::Tensor masked =
+        at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).triu(t - s + 1).to(y.device());
+    return {grad.masked_fill_(masked, 0).to(y.scalar_type())};
+  }
+};
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& gate) {
+    ctx->save_for_backward({input, gate});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("infini::swiglu", "")
+                               .typed<swiglu_op::schema>();
+    return op.call(input, gate);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [d_gate, d_input] = siluProductGrads(grads[0], saved[1], saved[0]);
+    return {d_input, d_gate};
+  }
+};
+
+at::Tensor silu_and_mul_autograd(const at::Tensor& x) { return SiluAndMulFunction::apply(x); }
+at::Tensor causal_softmax_autograd(const at::Tensor& x) { return CausalSoftmaxFunction::apply(x); }
+at::Tensor swiglu_autograd(const at::Tensor& input, const at::Tensor& gate) {
+  return SwigluFunction::apply(input, gate);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(infini, m) {
+  m.def("silu_and_mul(Tensor input) -> Tensor");
+  m.def("swiglu(Tensor input, Tensor gate) -> Tensor");
+  m.def("causal_softmax(Tensor input) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(infini, CPU, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_cpu));
+  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_cpu));
+  m.impl("swiglu", TORCH_FN(swiglu_cpu));
+}
+
+TORCH_LIBRARY_IMPL(infini, Meta, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_meta));
+  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_meta));
+  m.impl("swiglu", TORCH_FN(swiglu_meta));
+}
+
+TORCH_LIBRARY_IMPL(infini, PrivateUse1, m) {
+  BridgeRegistrar(m, "infini", "fused", SeamOp::CausalSoftmax)
+      .impl("causal_softmax",
+            TORCH_FN((OrCpuFallback<causal_softmax_op, &causal_softmax_infini>::call)));
+  BridgeRegistrar(m, "infini", "fused", SeamOp::SiluAndMul)
+      .impl("silu_and_mul", TORCH_FN((OrCpuFallback<silu_and_mul_op, &silu_and_mul_infini>::call)));
+  BridgeRegistrar(m, "infini", "fused", SeamOp::Swiglu)
+      .impl("swiglu", TORCH_FN((OrCpuFallback<swiglu_op, &swiglu_infini>::call)));
+}
+
+TORCH_LIBRARY_IMPL(infini, Autograd, m) {
+  m.impl("causal_softmax", TORCH_FN(causal_softmax_autograd));
+  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_autograd));
+  m.impl("swiglu", TORCH_FN(swiglu_autograd));
+}
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,517 @@
+#include "providers/host/host_provider.h"
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/cat_cpu_dispatch.h>
+#include <ATen/ops/clamp_min_cpu_dispatch.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/fill_cpu_dispatch.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "fused/reference.h"
+#include "random/dtypes.h"
+#include "random/fill.h"
+#include "torch_infini/ops/declared_support.h"
+
+namespace torch_infini::ops {
+namespace {
+
+// CPU tensors aliasing device views (host device memory is host memory);
+// they neither own nor free it. Every kernel needs a few, so each thread
+// that runs kernels (the caller inline, a stream worker in async mode) keeps
+// its own and repoints them per call instead of allocating new tensors.
+// Each slot keeps one per geometry, in a small table indexed by a hash of
+// the geometry: a model's loop runs its kernels over a few dozen
+// geometries, and repointing a tensor of the right geometry is a store,
+// while a new geometry recomputes the tensor's contiguity and storage size.
+class Aliases {
+ public:
+  // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
+  // call for the same slot on this thread.
+  const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
+    Entry& e = slots_[slot][hashOf(ref) % kEntries];
+    if (e.holds(ref)) {
+      e.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+    } else {
+      e.view(ref);  // a new geometry, or another one with the same index
+    }
+    return e.tensor;
+  }
+
+ private:
+  static constexpr size_t kEntries = 32;
+  static constexpr size_t kMaxKeyDims = 6;  // more dimensions are not remembered
+  static constexpr size_t kNoGeometry = SIZE_MAX;
+
+  struct Entry {
+    c10::Storage storage;
+    at::Tensor tensor;
+    // The geometry `tensor` has, kept here so that a search reads no tensor.
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    size_t dim = kNoGeometry;
+    std::array<int64_t, 2 * kMaxKeyDims> dims{};  // sizes, then strides
+
+    bool holds(const TensorRef& ref) const {
+      const size_t n = ref.sizes.size();
+      if (n != dim || ref.dtype != dtype) return false;
+      for (size_t i = 0; i < n; ++i)
+        if (dims[i] != ref.sizes[i] || dims[kMaxKeyDims + i] != ref.strides[i]) return false;
+      return true;
+    }
+
+    void view(const TensorRef& ref) {
+      const auto meta = caffe2::TypeMeta::fromScalarType(ref.dtype);
+      const size_t nbytes =
+          at::detail::computeStorageNbytes(ref.sizes, ref.strides, meta.itemsize());
+      if (!tensor.defined()) {
+        storage = c10::Storage(c10::Storage::use_byte_size_t(), 0,
+                               c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)),
+                               /*allocator=*/nullptr, /*resizable=*/false);
+        tensor = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
+      }
+      storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
+          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+      storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+      c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+      if (tensor.dtype() != meta) impl->set_storage_and_dtype(storage, meta);
+      impl->set_sizes_and_strides(ref.sizes, ref.strides, /*storage_offset=*/0);
+      dtype = ref.dtype;
+      dim = ref.sizes.size() <= kMaxKeyDims ? ref.sizes.size() : kNoGeometry;
+      if (dim == kNoGeometry) return;  // held, not remembered
+      std::copy(ref.sizes.begin(), ref.sizes.end(), dims.begin());
+      std::copy(ref.strides.begin(), ref.strides.end(), dims.begin() + kMaxKeyDims);
+    }
+  };
+
+  static size_t hashOf(const TensorRef& ref) {
+    uint64_t h = static_cast<uint64_t>(ref.dtype) * 0x9E3779B97F4A7C15ull + ref.sizes.size();
+    for (size_t i = 0; i < ref.sizes.size(); ++i) {
+      h = (h ^ static_cast<uint64_t>(ref.sizes[i])) * 0x100000001B3ull;
+      h = (h ^ static_cast<uint64_t>(ref.strides[i])) * 0x100000001B3ull;
+    }
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+
+  using Slot = std::array<Entry, kEntries>;
+  std::array<Slot, 4> slots_;
+};
+
+// This thread's aliases, looked up once per kernel: each access to a
+// thread_local of a shared library is a call (__tls_get_addr), two for one
+// with a destructor.
+[[gnu::noinline]] Aliases& threadAliases() {
+  thread_local Aliases aliases;
+  return aliases;
+}
+
+// `value` as the 0-dim wrapped-number CPU tensor PyTorch makes of a Python
+// number operand (double, int64, bool or complex double), one kept per type
+// and thread and refilled per call.
+const at::Tensor& wrappedNumber(const c10::Scalar& value) {
+  thread_local std::array<at::Tensor, 4> kept;
+  const size_t slot = value.isFloatingPoint()   ? 0
+                      : value.isIntegral(false) ? 1
+                      : value.isBoolean()       ? 2
+                                                : 3;
+  at::Tensor& t = kept[slot];
+  if (!t.defined()) {
+    t = at::native::wrapped_scalar_tensor(value);
+    return t;
+  }
+  switch (slot) {
+    case 0:
+      *t.mutable_data_ptr<double>() = value.toDouble();
+      break;
+    case 1:
+      *t.mutable_data_ptr<int64_t>() = value.toLong();
+      break;
+    case 2:
+      *t.mutable_data_ptr<bool>() = value.toBool();
+      break;
+    default:
+      *t.mutable_data_ptr<c10::complex<double>>() = value.toComplexDouble();
+  }
+  return t;
+}
+
+// The kernels with a CPU kernel of their own call it directly
+// (at::cpu::*_out, at::native::copy_, structured impls), not through the
+// dispatcher: the aliases are internal, so autograd, ADInplaceOrView, CPU
+// autocast, Python modes and the profiler have nothing to do with them; the
+// infini operator around the kernel is what they see. The composites
+// (rms_norm, the fused operators' references, the GradScaler kernels) still
+// dispatch their parts.
+
+// A CPU tensor over `ref`'s memory that neither owns nor frees it (for
+// kernels with more tensors than the per-thread aliases hold).
+at::Tensor unownedCpu(const TensorRef& ref) {
+  return at::from_blob(ref.data, ref.sizes, ref.strides,
+                       at::TensorOptions().dtype(ref.dtype).device(at::kCPU));
+}
+
+// A binary CPU structured kernel run over same-dtype views of the output's
+// shape. Its impl() is what at::cpu::*_out runs after the structured meta
+// step; the meta step's checks (overlap, resizing, type promotion) are the
+// bridge's and ran before the call, so only the iteration is built here.
+template <typename Structured>
+class OnViews final : public Structured {
+ public:
+  // Same-dtype operands of the output's shape.
+  OnViews(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) : out_(out) {
+    at::TensorIteratorConfig config;
+    config.set_check_mem_overlap(false)
+        .resize_outputs(false)
+        .add_output(out)
+        .add_const_input(a)
+        .add_const_input(b);
+    this->build(config);
+  }
+  // `a` and a wrapped number `scalar`, typed as ATen's binary operators type
+  // them (the scalar converted as the CPU converts it).
+  struct WithScalar {};
+  OnViews(WithScalar, const at::Tensor& out, const at::Tensor& a, const at::Tensor& scalar)
+      : out_(out) {
+    at::TensorIteratorConfig config;
+    config.set_check_mem_overlap(false)
+        .resize_outputs(false)
+        .allow_cpu_scalars(true)
+        .promote_inputs_to_common_dtype(true)
+        .cast_common_dtype_to_outputs(true)
+        .enforce_safe_casting_to_output(true)
+        .add_output(out)
+        .add_const_input(a)
+        .add_const_input(scalar);
+    this->build(config);
+  }
+  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
+
+ private:
+  const at::Tensor& out_;
+};
+
+// Output, first and second operand, weight.
+
+class HostKernels final : public KernelProvider {
+ public:
+  const std::string& name() const override { return name_; }
+
+  // InfiniOps' CPU build declares the (operator, dtype) pairs
+  // (declared_support.h): host runs exactly those, less what torch-infini
+  // refuses of them, so passing on host means passing on InfiniRT `cpu`.
+  // Copies, fills and draws are the runtime's, not InfiniOps operators: every
+  // dtype (a draw's dtypes are narrowed per operator by the bridge).
+  bool supports(SeamOp op, c10::ScalarType dtype) const override {
+    switch (op) {
+      case SeamOp::Copy:
+      case SeamOp::Cast:
+      case SeamOp::Fill:
+        return c10::isIntegralType(dtype, /*includeBool=*/true) || c10::isFloatingType(dtype) ||
+               c10::isComplexType(dtype);
+      case SeamOp::Random:
+        return realBoolOrUnsignedDtype(dtype);
+      case SeamOp::AmpUnscale:  // the CPU's kernels (not InfiniOps operators)
+        return c10::isFloatingType(dtype);
+      case SeamOp::AmpUpdateScale:
+        return dtype == c10::ScalarType::Float;
+      default:
+        return inMask(native_[static_cast<size_t>(op)], dtype);
+    }
+  }
+
+  bool supportsPeer() const override { return true; }
+
+  void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& d, const TensorRef& s) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(d, 0);
+          at::native::copy_(o, al(s, 1));
+        },
+        dst, src);
+  }
+
+  void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [value](const TensorRef& d) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(d, 0);
+          at::cpu::fill_(o, value);
+        },
+        dst);
+  }
+
+  void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
+           runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          Aliases& al = threadAliases();
+          const at::Tensor& o = al(o_ref, 0);
+          const at::Tensor& a = al(a_ref, 1);
+          const at::Tensor& b = al(b_ref, 2);
+          OnViews<at::native::structured_ufunc_add_CPU> kernel(o, a, b);
+          kernel.impl(a, b, scalarFor(o_ref.dtype, alpha), o);
+        },
+        out, a, b);
+  }
+
+  void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,
+           runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          Aliases& al = threadAliases();
+          const at::Tensor& o = al(o_ref, 0);
+          const at::Tensor& a = al(a_ref, 1);
+          const at::Tensor& b = al(b_ref, 2);
+          OnViews<at::native::structured_mul_out> kernel(o, a, b);
+          kernel.impl(a, b, o);
+        },
+        out, a, b);
+  }
+
+  // Every dtype the operator takes: the CPU's own kernel with a wrapped
+  // number, which is what `x * 0.5` and `x + 1` hand the CPU.
+  bool scalarOperand(SeamOp op, c10::ScalarType dtype) const override {
+    return (op == SeamOp::Add || op == SeamOp::Mul) && supports(op, dtype);
+  }
+
+  void binaryScalar(SeamOp op, const TensorRef& out, const TensorRef& x, const c10::Scalar& scalar,
+                    double alpha, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [op, scalar, alpha](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          const at::Tensor& o = al(o_ref, 0);
+          const at::Tensor& x = al(x_ref, 1);
+          const at::Tensor& wrapped = wrappedNumber(scalar);
+          if (op == SeamOp::Mul) {
+            using Kernel = OnViews<at::native::structured_mul_out>;
+            Kernel kernel(Kernel::WithScalar{}, o, x, wrapped);
+            kernel.impl(x, wrapped, o);
+          } else {
+            using Kernel = OnViews<at::native::structured_ufunc_add_CPU>;
+            Kernel kernel(Kernel::WithScalar{}, o, x, wrapped);
+            kernel.impl(x, wrapped, scalarFor(o_ref.dtype, alpha), o);
+          }
+        },
+        out, x);
+  }
+
+  void gemm(const TensorRef& out, const TensorRef& a, const TensorRef& b, const TensorRef* c,
+            float alpha, float beta, runtime::StreamHandle stream) override {
+    if (c != nullptr) {
+      // The CPU's own addmm: the bias copied into out, then one BLAS call
+      // accumulating into it.
+      submit(
+          stream,
+          [alpha, beta](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref,
+                        const TensorRef& c_ref) {
+            Aliases& al = threadAliases();
+            at::Tensor o = al(o_ref, 0);
+            at::cpu::addmm_out(o, al(c_ref, 3), al(a_ref, 1), al(b_ref, 2), beta, alpha);
+          },
+          out, a, b, *c);
+      return;
+    }
+    submit(
+        stream,
+        [alpha](const TensorRef& o_ref, const TensorRef& a_ref, const TensorRef& b_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          // beta = 0: the output's previous contents are ignored, as in Gemm.
+          if (o_ref.dim() == 3) {
+            at::cpu::baddbmm_out(o, o, al(a_ref, 1), al(b_ref, 2), /*beta=*/0, alpha);
+          } else {
+            at::cpu::addmm_out(o, o, al(a_ref, 1), al(b_ref, 2), /*beta=*/0, alpha);
+          }
+        },
+        out, a, b);
+  }
+
+  bool gemmBias() const override { return true; }
+  // The CPU's addmm takes any out= layout (a transposed out is computed
+  // transposed, not through a row-major temporary): so does host.
+  bool gemmStridedOutput() const override { return true; }
+
+  void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::cpu::clamp_min_out(o, al(x_ref, 1), 0);
+        },
+        out, x);
+  }
+
+  void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::cpu::silu_out(o, al(x_ref, 1));
+        },
+        out, x);
+  }
+
+  void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
+               runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
+          const int64_t n = x_ref.sizes.back();
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(
+              o, at::compositeimplicitautograd::rms_norm(al(x_ref, 1), {n}, al(w_ref, 3), eps));
+        },
+        out, x, weight);
+  }
+
+  // The fused operators' CPU reference, run on the device memory.
+  void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, siluAndMulReference(al(x_ref, 1)));
+        },
+        out, x);
+  }
+
+  void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
+              runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, swigluReference(al(i_ref, 1), al(g_ref, 2)));
+        },
+        out, input, gate);
+  }
+
+  void causalSoftmax(const TensorRef& out, const TensorRef& x,
+                     runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, causalSoftmaxReference(al(x_ref, 1)));
+        },
+        out, x);
+  }
+
+  void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
+           runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [dim](const TensorRef& o_ref, const std::vector<TensorRef>& in_refs) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          if (in_refs.size() <= 3) {
+            // The common case (a KV cache, rotate_half): the CPU's own cat,
+            // one pass, on the aliases this thread keeps.
+            c10::SmallVector<at::Tensor, 3> inputs;
+            for (size_t i = 0; i < in_refs.size(); ++i) inputs.push_back(al(in_refs[i], i + 1));
+            at::cpu::cat_out(o, inputs, dim);
+            return;
+          }
+          // Each input copied into its slice of out: the bytes the CPU's cat writes.
+          int64_t offset = 0;
+          for (const TensorRef& in_ref : in_refs) {
+            const int64_t size = in_ref.sizes[dim];
+            at::Tensor slice = o.narrow(dim, offset, size);
+            at::native::copy_(slice, al(in_ref, 1));
+            offset += size;
+          }
+        },
+        out, inputs);
+  }
+
+  void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {
+    submit(stream, [draw](const TensorRef& o_ref) { fillRandom(o_ref, draw); }, out);
+  }
+
+  // The CPU's own GradScaler kernels over the device memory, in stream order.
+  void ampUnscale(const std::vector<TensorRef>& grads, const TensorRef& found_inf,
+                  const TensorRef& inv_scale, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const std::vector<TensorRef>& grad_refs, const TensorRef& f_ref,
+           const TensorRef& i_ref) {
+          std::vector<at::Tensor> cpu_grads;
+          cpu_grads.reserve(grad_refs.size());
+          for (const TensorRef& g : grad_refs) cpu_grads.push_back(unownedCpu(g));
+          Aliases& al = threadAliases();
+          at::Tensor found = al(f_ref, 0);
+          at::_amp_foreach_non_finite_check_and_unscale_(cpu_grads, found, al(i_ref, 1));
+        },
+        grads, found_inf, inv_scale);
+  }
+
+  void ampUpdateScale(const TensorRef& scale, const TensorRef& growth_tracker,
+                      const TensorRef& found_inf, double growth_factor, double backoff_factor,
+                      int64_t growth_interval, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [growth_factor, backoff_factor, growth_interval](
+            const TensorRef& s_ref, const TensorRef& g_ref, const TensorRef& f_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor s = al(s_ref, 0);
+          at::Tensor g = al(g_ref, 1);
+          at::_amp_update_scale_(s, g, al(f_ref, 2), growth_factor, backoff_factor,
+                                 growth_interval);
+        },
+        scale, growth_tracker, found_inf);
+  }
+
+ private:
+  // Runs work(refs...) in stream order. Inline streams call it right away
+  // with the caller's views; only asynchronous streams copy them into the
+  // queued task.
+  template <typename F, typename... Refs>
+  static void submit(runtime::StreamHandle stream, F work, const Refs&... refs) {
+    runtime::HostStream& s = runtime::HostRuntime::stream(stream);
+    if (!s.async()) {
+      work(refs...);
+      return;
+    }
+    s.submit([work, refs...] { work(refs...); });
+  }
+
+  // alpha as the output dtype's kind of scalar (integral outputs need one).
+  static c10::Scalar scalarFor(c10::ScalarType dtype, double alpha) {
+    if (c10::isIntegralType(dtype, /*includeBool=*/true)) return static_cast<int64_t>(alpha);
+    return alpha;
+  }
+
+  const std::string name_ = "host";
+  const NativeMasks native_ = nativeMasks("cpu", /*infinirt_conversions=*/false);
+};
+
+}  // namespace
+
+std::unique_ptr<KernelProvider> makeHostKernels() { return std::make_unique<HostKernels>(); }
+
+}  // namespace torch_infini::ops

@@ -1,0 +1,105 @@
+#include "torch_infini/ops/declared_support.h"
+
+namespace torch_infini::ops {
+namespace {
+
+using c10::ScalarType;
+
+// InfiniOps' dtype lists (src/data_type.h), as ATen dtypes.
+constexpr DtypeMask kFloatTypes = dtypeBit(ScalarType::Float) | dtypeBit(ScalarType::Double);
+constexpr DtypeMask kReducedFloatTypes =
+    dtypeBit(ScalarType::Half) | dtypeBit(ScalarType::BFloat16);
+constexpr DtypeMask kAllFloatTypes = kFloatTypes | kReducedFloatTypes;
+constexpr DtypeMask kIntTypes = dtypeBit(ScalarType::Char) | dtypeBit(ScalarType::Short) |
+                                dtypeBit(ScalarType::Int) | dtypeBit(ScalarType::Long);
+constexpr DtypeMask kUIntTypes = dtypeBit(ScalarType::Byte) | dtypeBit(ScalarType::UInt16) |
+                                 dtypeBit(ScalarType::UInt32) | dtypeBit(ScalarType::UInt64);
+constexpr DtypeMask kAllTypes = kAllFloatTypes | kIntTypes | kUIntTypes;
+// src/base/relu.h: ReluDataTypes.
+constexpr DtypeMask kReluTypes = kAllFloatTypes | kIntTypes | dtypeBit(ScalarType::Byte);
+
+constexpr uint32_t on(std::initializer_list<std::string_view> names) {
+  uint32_t mask = 0;
+  for (std::string_view name : names)
+    for (uint32_t i = 0; i < std::size(kDeviceTypeNames); ++i)
+      if (kDeviceTypeNames[i] == name) mask |= 1u << i;
+  return mask;
+}
+
+// The device types of the InfiniOps snapshot below (InfiniRT's thead and mars
+// came later; InfiniOps implements nothing for them).
+constexpr uint32_t kAll =
+    on({"cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon"});
+constexpr uint32_t kCpuAndCudaLike = on({"cpu", "nvidia", "iluvatar", "metax", "moore"});
+
+}  // namespace
+
+// The pinned InfiniOps (6c66469d): src/native/<device>/ops/<op>/ for where
+// an operator has implementation index 0, and the list its CPU
+// implementation's DispatchFunc takes for the dtypes (the other device types
+// are assumed to take the same list until a device run says otherwise).
+const std::vector<Declaration>& infiniOpsDeclarations() {
+  static const std::vector<Declaration> table{
+      {SeamOp::Copy, "Cast", kAllTypes, on({"cpu", "ascend"}), nullptr},
+      {SeamOp::Cast, "Cast", kAllTypes, on({"cpu", "ascend"}), nullptr},
+      {SeamOp::Add, "Add", kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr},
+      {SeamOp::Mul, "Mul", kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr},
+      {SeamOp::Gemm, "Gemm", kAllFloatTypes, kAll & ~on({"hygon"}), "float"},
+      {SeamOp::Relu, "Relu", kReluTypes, kCpuAndCudaLike, nullptr},
+      {SeamOp::Silu, "Silu", kAllFloatTypes, kCpuAndCudaLike, nullptr},
+      {SeamOp::RmsNorm, "RmsNorm", kAllFloatTypes, kAll & ~on({"ascend", "hygon"}), "float"},
+      {SeamOp::SiluAndMul, "SiluAndMul", kAllFloatTypes, kCpuAndCudaLike, nullptr},
+      {SeamOp::Swiglu, "Swiglu", kAllFloatTypes, kCpuAndCudaLike, nullptr},
+      {SeamOp::CausalSoftmax, "CausalSoftmax", kAllFloatTypes, kCpuAndCudaLike, "float"},
+      // A byte copy per element: every dtype of InfiniOps' size table.
+      {SeamOp::Cat, "Cat", kAllTypes, on({"cpu", "ascend"}), nullptr},
+  };
+  return table;
+}
+
+const Declaration* declarationOf(SeamOp op) {
+  for (const Declaration& d : infiniOpsDeclarations())
+    if (d.op == op) return &d;
+  return nullptr;
+}
+
+bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype) {
+  const Declaration* d = declarationOf(op);
+  if (d == nullptr || (d->dtypes & dtypeBit(dtype)) == 0) return false;
+  for (uint32_t i = 0; i < std::size(kDeviceTypeNames); ++i)
+    if (kDeviceTypeNames[i] == device_type) return (d->device_types >> i) & 1u;
+  return false;
+}
+
+const char* refusal(SeamOp op, std::string_view device_type, c10::ScalarType dtype,
+                    bool infinirt_conversions) {
+  const Declaration* d = declarationOf(op);
+  if (d == nullptr) return nullptr;
+  if (dtype == ScalarType::Double && d->computes_in != nullptr)
+    return "InfiniOps computes it in float: float64 results would lose their precision";
+  const bool moves_bytes = op == SeamOp::Copy || op == SeamOp::Cast || op == SeamOp::Cat;
+  if (!moves_bytes &&
+      (dtype == ScalarType::UInt16 || dtype == ScalarType::UInt32 || dtype == ScalarType::UInt64))
+    return "PyTorch has no CPU kernel for it: neither an oracle nor a fallback";
+  // InfiniRT's cpu float -> float16 conversion (Float16::FromFloat) truncates
+  // the mantissa instead of rounding to nearest even: 1.00146484 becomes
+  // 0x3c01 (PyTorch: 0x3c02), 65520 becomes 65504 (PyTorch: inf). Kernels
+  // whose float16 result is an input value unchanged stay exact.
+  const bool passes_values = moves_bytes && op != SeamOp::Cast;
+  if (infinirt_conversions && device_type == "cpu" && dtype == ScalarType::Half &&
+      op != SeamOp::Relu && !passes_values)
+    return "InfiniRT's cpu float16 conversion truncates instead of rounding to nearest even";
+  return nullptr;
+}
+
+NativeMasks nativeMasks(std::string_view device_type, bool infinirt_conversions) {
+  NativeMasks masks{};
+  for (size_t op = 0; op < masks.size(); ++op)
+    for (unsigned i = 0; i < 64 && i < static_cast<unsigned>(ScalarType::NumOptions); ++i)
+      if (nativeOn(static_cast<SeamOp>(op), device_type, static_cast<ScalarType>(i),
+                   infinirt_conversions))
+        masks[op] |= DtypeMask{1} << i;
+  return masks;
+}
+
+}  // namespace torch_infini::ops

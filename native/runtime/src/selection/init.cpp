@@ -1,0 +1,23 @@
+#include <c10/core/DeviceType.h>
+
+#include "torch_infini/runtime/backend_selection.h"
+#include "torch_infini/runtime/cpu_allocation_redirect.h"
+#include "torch_infini/torch_infini.h"
+
+namespace torch_infini {
+
+void init(const std::string& backend) {
+  if (!backend.empty()) runtime::selectBackend(backend);
+  // Python renames through torch.utils.rename_privateuse1_backend; C++ apps
+  // get the same name here. Renaming again to the same name is allowed.
+  if (c10::get_privateuse1_backend() != "infini") c10::register_privateuse1_backend("infini");
+  // The CPU fallback's results are allocated in device memory where the CPU
+  // can address it: the CPU allocator is replaced now, while one thread runs.
+  if (runtime::selectedRuntime().capabilities().host_addressable) installCpuAllocationRedirect();
+}
+
+std::string backend() { return runtime::selectedRuntime().name(); }
+
+std::vector<std::string> compiledBackends() { return runtime::compiledBackends(); }
+
+}  // namespace torch_infini

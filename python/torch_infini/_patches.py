@@ -1,0 +1,186 @@
+"""Every change torch_infini makes to PyTorch's own code, in one place.
+
+Each function replaces or wraps something of PyTorch's where PyTorch offers
+no hook for an out-of-tree device; its docstring says why.
+
+- :func:`apply` makes the changes to eager PyTorch, torch.distributed and
+  torch.compile's entry; torch_infini/__init__.py calls it once, at import.
+- :func:`apply_to_inductor` makes the changes to Inductor; _inductor.py calls
+  it as it loads, the first time Inductor compiles for infini (importing
+  Inductor at ``import torch_infini`` would cost seconds).
+
+Not here, because they are PyTorch's extension APIs rather than changes to
+its code:
+
+- ``torch.utils.rename_privateuse1_backend``, ``torch._register_device_module``,
+  ``torch.utils.generate_methods_for_privateuse1_backend``, and the
+  ``torch.infini.<submodule>`` entries of ``sys.modules`` next to the one
+  ``_register_device_module`` makes: torch_infini/__init__.py;
+- the c10d backend ``"infini"`` (``torch.distributed.Backend.register_backend``):
+  distributed.py;
+- ``torch.compiler.config.cache_key_tag``, a public setting: _compile_cache.py;
+- Inductor's and Dynamo's out-of-tree device hooks
+  (``register_device_op_overrides``, ``register_interface_for_device``):
+  _inductor.py; the device module's ``Scheduling`` and wrapper codegen
+  attributes, which Inductor passes to its ``register_backend_for_device``:
+  infini/__init__.py;
+- the operators and kernels the native library registers with the
+  dispatcher (``_C``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def apply() -> None:
+    """The changes to eager PyTorch, torch.distributed and torch.compile's entry."""
+    _print_infini_tensors_on_the_cpu()
+    _default_process_group_backend_on_infini()
+    _compile_fallback_for_inductor()
+
+
+def _print_infini_tensors_on_the_cpu() -> None:
+    """``print(x)`` of an infini tensor formats a CPU copy.
+
+    PyTorch formats a tensor with tensor operations (abs, isfinite, max, ...)
+    on the tensor's own device, and moves only some backends (xla, lazy, ipu,
+    mtia) to the CPU first, by name. Most of those operations have no infini
+    kernel, so ``torch._tensor_str._tensor_str`` is wrapped to copy infini
+    tensors to the CPU first, as for those backends. Display only: no
+    operator result ever comes from the CPU.
+    """
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._tensor_str
+    if getattr(original, "_torch_infini", False):
+        return
+
+    @functools.wraps(original)
+    def _tensor_str(self: torch.Tensor, indent: int, *args: Any, **kwargs: Any) -> str:
+        if self.device.type == "infini":
+            self = self.cpu()
+        return original(self, indent, *args, **kwargs)
+
+    _tensor_str._torch_infini = True  # type: ignore[attr-defined]
+    tensor_str._tensor_str = _tensor_str
+
+
+def _default_process_group_backend_on_infini() -> None:
+    """``init_process_group()`` without a backend and a device_id uses
+    ``distributed.DEFAULT_BACKEND`` where the accelerator is infini.
+
+    c10d alone would name the group's backend "undefined", create only the
+    accelerator's backend and make gloo (never created) the group's default:
+    CPU collectives then find no backend, and DDP fails with "Could not find
+    backend type 1 for Process Group with name gloo". c10d takes no default
+    backend per device, so ``init_process_group`` is wrapped in every module
+    of torch.distributed that holds it by name (torch.distributed,
+    device_mesh's init_device_mesh, ...); modules imported later take it from
+    distributed_c10d.
+    """
+    if not dist.is_available():
+        return
+    from .distributed import DEFAULT_BACKEND
+
+    c10d = dist.distributed_c10d
+    original = c10d.init_process_group
+    if getattr(original, "_torch_infini_default_backend", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(*args, **kwargs)
+        if (
+            bound.arguments.get("backend") is None
+            and bound.arguments.get("device_id") is None
+            and torch._C._get_accelerator().type == "infini"
+        ):
+            bound.arguments["backend"] = DEFAULT_BACKEND
+        return original(*bound.args, **bound.kwargs)
+
+    init_process_group._torch_infini_default_backend = True  # type: ignore[attr-defined]
+    for name, module in list(sys.modules.items()):
+        if (name == "torch.distributed" or name.startswith("torch.distributed.")) and getattr(
+            module, "init_process_group", None
+        ) is original:
+            module.init_process_group = init_process_group  # type: ignore[attr-defined]
+
+
+def _compile_fallback_for_inductor() -> None:
+    """torch.compile's default backend compiles graphs with infini tensors
+    with ``aot_eager`` where Inductor cannot serve infini (_compile_fallback.py).
+
+    PyTorch has no hook between ``torch.compile`` and its default backend, so
+    the ``__call__`` of the object it builds for ``backend="inductor"``
+    (``torch._TorchCompileInductorWrapper``) is wrapped; that loads nothing of
+    Dynamo or Inductor. The decision and the warning are _compile_fallback's,
+    looked up there at each call (it is imported then, not at import).
+    """
+    wrapper = torch._TorchCompileInductorWrapper
+    original = wrapper.__call__
+    if getattr(original, "_torch_infini_fallback", False):
+        return
+
+    def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
+        from . import _compile_fallback
+
+        if (
+            _compile_fallback.holds_infini_tensors(model_, inputs_)
+            and not _compile_fallback.inductor_serves_infini()
+        ):
+            return _compile_fallback.compile_with_aot_eager(model_, inputs_)
+        return original(self, model_, inputs_, **kwargs)
+
+    __call__._torch_infini_fallback = True  # type: ignore[attr-defined]
+    wrapper.__call__ = __call__  # type: ignore[method-assign]
+
+
+def apply_to_inductor() -> None:
+    """Two decisions Inductor makes by the device name "cpu", with no hook for
+    another device, extended to infini (whose kernels are Inductor's C++ CPU
+    kernels, _inductor.py); test_compile.py pins them by name.
+
+    - ``get_current_backend`` answers "cpp" for infini: otherwise an unknown
+      device gets the Triton backend's code paths. It is replaced in every
+      module that imported it by name.
+    - ``BaseSchedulerNode.is_cpu`` is true for infini nodes: otherwise
+      GPU-only scheduler rewrites run on C++ kernels.
+    """
+    from torch._inductor import scheduler as _scheduler
+    from torch._inductor import utils as _utils
+    from torch._inductor.codegen import common as _common
+    from torch._inductor.virtualized import V
+
+    original_backend = _utils.get_current_backend
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type == "infini":
+            return "cpp"
+        return original_backend(device_type)
+
+    for module in (_utils, _common, _scheduler):
+        if getattr(module, "get_current_backend", None) is original_backend:
+            module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
+    try:
+        from torch._inductor.kernel import mm_common
+
+        if getattr(mm_common, "get_current_backend", None) is original_backend:
+            mm_common.get_current_backend = get_current_backend  # type: ignore[attr-defined]
+    except ImportError:
+        pass
+
+    def is_cpu(self: Any) -> bool:
+        device = self.get_device()
+        return device is not None and device.type in ("cpu", "infini")
+
+    _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]

@@ -60,7 +60,10 @@ endif()
 # tested releases stops here, naming what is new, rather than deep in a header.
 set(TORCH_INFINI_TESTED_INFINIRT "95c70080 (pinned) and a38977e")
 set(_ti_device_table "${CMAKE_CURRENT_LIST_DIR}/../native/runtime/include/torch_infini/runtime/device_types.h")
-file(STRINGS "${_ti_device_table}" _ti_rows REGEX "^  X\\(")
+# (Read whole and matched, not by lines: the rows end in backslashes, which
+# would escape CMake's list separators.)
+file(READ "${_ti_device_table}" _ti_table)
+string(REGEX MATCHALL "\n  X\\([a-z]+, +[A-Za-z]+," _ti_rows "${_ti_table}")
 set(_ti_known_types "")
 foreach(_row IN LISTS _ti_rows)
   string(REGEX MATCH "X\\([a-z]+, +([A-Za-z]+)," _m "${_row}")

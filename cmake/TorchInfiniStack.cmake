@@ -72,7 +72,10 @@ endif()
 # one TORCH_INFINI_INSTANTIATED(seam enumerator, class) line per seam
 # operator whose class the library instantiates.
 function(torch_infini_ops_definitions target seam_list)
-  file(STRINGS "${seam_list}" _rows REGEX "^  X\\(")
+  # Read whole and matched: the rows end in backslashes, which would escape
+  # CMake's list separators.
+  file(READ "${seam_list}" _text)
+  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+\\)" _rows "${_text}")
   set(_classes "")
   set(_instantiated "")
   foreach(_row IN LISTS _rows)

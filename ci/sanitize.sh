@@ -7,7 +7,7 @@
 #                                  events, copies, CPU fallback, profiler and
 #                                  the soak (inline and async), and of the
 #                                  operators (inline)
-#   bash ci/sanitize.sh --ctest    the build and ctest only (what CI runs)
+#   bash ci/sanitize.sh --ctest    the build and the C++ tests only (what CI runs)
 #   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
 #                                  allocator tests and the Python soak and
 #                                  stream tests, with async host streams
@@ -77,8 +77,13 @@ export ASAN_OPTIONS="detect_leaks=1 halt_on_error=1 strict_init_order=1 check_in
 export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 suppressions=${SUPP}/ubsan.supp"
 echo "== ASan + UBSan: ctest (LeakSanitizer on)"
+if [ "$MODE" = "--ctest" ]; then
+  # CI: the installed LibTorch example is built and run against the main
+  # build's package (ci/test.sh); here the C++ tests run instrumented.
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -E '^cpp_example_installed$'
+  exit 0
+fi
 ctest --test-dir "${BUILD_DIR}" --output-on-failure
-[ "$MODE" = "--ctest" ] && exit 0
 
 stage_python "${BUILD_DIR}"
 # Python is not linked with the ASan runtime: it is preloaded, with libstdc++

@@ -58,7 +58,17 @@ endif()
 # (its device type table, native/runtime/include/torch_infini/runtime/
 # device_types.h, whose rows are read here): an InfiniRT newer than the
 # tested releases stops here, naming what is new, rather than deep in a header.
-set(TORCH_INFINI_TESTED_INFINIRT "95c70080 (pinned) and a38977e")
+# The tested releases, for the messages: the InfiniRT row of
+# docs/stack_versions.md (the pinned commit, shortened, and the head).
+set(TORCH_INFINI_TESTED_INFINIRT "those of torch-infini's docs/stack_versions.md")
+set(_ti_versions "${CMAKE_CURRENT_LIST_DIR}/../docs/stack_versions.md")
+if(EXISTS "${_ti_versions}")
+  file(STRINGS "${_ti_versions}" _ti_row REGEX "^\\| *InfiniRT *\\|")
+  if(_ti_row MATCHES "^\\| *InfiniRT *\\| *`([0-9a-f]+)` *\\| *`([0-9a-f]+)` *\\|")
+    string(SUBSTRING "${CMAKE_MATCH_1}" 0 8 _ti_pinned)
+    set(TORCH_INFINI_TESTED_INFINIRT "${_ti_pinned} (pinned) and ${CMAKE_MATCH_2}")
+  endif()
+endif()
 set(_ti_device_table "${CMAKE_CURRENT_LIST_DIR}/../native/runtime/include/torch_infini/runtime/device_types.h")
 # (Read whole and matched, not by lines: the rows end in backslashes, which
 # would escape CMake's list separators.)

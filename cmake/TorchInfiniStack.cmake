@@ -75,11 +75,11 @@ function(torch_infini_ops_definitions target seam_list)
   # Read whole and matched: the rows end in backslashes, which would escape
   # CMake's list separators.
   file(READ "${seam_list}" _text)
-  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+\\)" _rows "${_text}")
+  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+," _rows "${_text}")
   set(_classes "")
   set(_instantiated "")
   foreach(_row IN LISTS _rows)
-    string(REGEX MATCH "X\\(([A-Za-z]+), [a-z_]+, ([A-Za-z]+)\\)" _m "${_row}")
+    string(REGEX MATCH "X\\(([A-Za-z]+), [a-z_]+, ([A-Za-z]+)," _m "${_row}")
     set(_seam "${CMAKE_MATCH_1}")
     set(_class "${CMAKE_MATCH_2}")
     if(_class STREQUAL "none")

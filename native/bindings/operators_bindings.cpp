@@ -43,7 +43,7 @@ void bindOperators(nb::module_& m) {
   m.def("_declarations", [] {
     nb::list rows;
     for (const ops::Declaration& d : ops::infiniOpsDeclarations()) {
-      for (std::string_view device_type : ops::kDeviceTypeNames) {
+      for (std::string_view device_type : runtime::kInfiniDeviceTypeNames) {
         for (int i = 0; i < 64; ++i) {
           if ((d.dtypes >> i & 1u) == 0) continue;
           const auto dtype = static_cast<c10::ScalarType>(i);

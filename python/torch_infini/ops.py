@@ -268,3 +268,21 @@ def paged_attention(
     return torch.ops.infini.paged_attention(
         query, key_cache, value_cache, block_tables, seq_lens, scale, alibi_slopes
     )
+
+
+def __getattr__(name: str) -> Any:
+    # Every torch.ops.infini operator is reachable here; the functions above
+    # add a docstring, defaults or an out-of-place form where one helps, and
+    # an operator without one is served as its torch.ops.infini packet.
+    if not name.startswith("_"):
+        try:
+            return getattr(torch.ops.infini, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    operators = torch._C._dispatch_get_all_op_names()
+    fused = {n.split("::", 1)[1].split(".")[0] for n in operators if n.startswith("infini::")}
+    return sorted(set(globals()) | fused)

@@ -34,7 +34,7 @@ def test_init_and_is_initialized() -> None:
 
 
 def test_submodules_import_by_torch_infini_names() -> None:
-    """torch.infini.random, .streams and .memory import as torch.cuda's do,
+    """torch.infini.random, .streams, .memory and .amp import as torch.cuda's do,
     as the modules torch.infini re-exports (not second copies)."""
     import importlib
 
@@ -43,7 +43,7 @@ def test_submodules_import_by_torch_infini_names() -> None:
 
     assert manual_seed is torch.infini.manual_seed
     assert Stream is torch.infini.Stream
-    for name in ("random", "streams", "memory"):
+    for name in ("random", "streams", "memory", "amp"):
         module = importlib.import_module(f"torch.infini.{name}")
         assert module is getattr(torch.infini, name)
         assert module is importlib.import_module(f"torch_infini.infini.{name}")

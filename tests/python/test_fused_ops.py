@@ -456,3 +456,31 @@ def test_undeclared_dtypes_fall_back(op: str) -> None:
             raises_exactly(NotImplementedError, match="kernel provider"),
         ):
             fn(*(a.to(DEVICE) for a in args))
+
+
+def _infini_operators() -> list[str]:
+    return sorted(
+        {n.split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("infini::")}
+    )
+
+
+def test_every_fused_operator_has_cpu_meta_and_autograd_kernels() -> None:
+    # library.cpp holds the schemas and registerFused() the kernels: an
+    # operator defined without them would run nowhere, or lose its gradient.
+    names = _infini_operators()
+    assert len(names) == 10, names  # docs/fused_operators.md lists ten
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in names:
+        for key in ("CPU", "Meta", "Autograd"):
+            assert has(name, key), f"{name} has no {key} kernel"
+
+
+def test_torch_infini_ops_serves_every_fused_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    for qualified in _infini_operators():
+        name = qualified.split("::")[1]
+        assert name in dir(torch_infini.ops)
+        # Without a Python wrapper, the operator itself.
+        monkeypatch.delattr(torch_infini.ops, name)
+        assert getattr(torch_infini.ops, name) is getattr(torch.ops.infini, name)
+    with pytest.raises(AttributeError, match="no attribute 'not_an_operator'"):
+        torch_infini.ops.not_an_operator  # noqa: B018

@@ -16,6 +16,7 @@ InfiniCCL library that calls into a fake NCCL.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,6 +27,18 @@ from infini_testing import build_cmake_probe, configure_cmake_probe
 REPO = Path(__file__).resolve().parents[2]
 PINNED = ["Cpu", "Nvidia", "Cambricon", "Ascend", "Metax", "Moore", "Iluvatar", "Hygon"]
 HEAD = [*PINNED, "Thead", "Mars"]
+
+
+def _tested_infinirt() -> tuple[str, str]:
+    """The pinned and head InfiniRT commits: the InfiniRT row of
+    docs/stack_versions.md, which cmake/FindInfiniRT.cmake reads too."""
+    text = (REPO / "docs" / "stack_versions.md").read_text()
+    row = re.search(r"^\| *InfiniRT *\| *`([0-9a-f]+)` *\| *`([0-9a-f]+)` *\|", text, re.M)
+    assert row, "docs/stack_versions.md has no InfiniRT row"
+    return row[1], row[2]
+
+
+PINNED_RT, HEAD_RT = _tested_infinirt()
 
 
 def _fake_infinirt(root: Path, types: list[str]) -> None:
@@ -52,7 +65,7 @@ def _configure(tmp_path: Path, types: list[str]) -> subprocess.CompletedProcess[
     )
 
 
-@pytest.mark.parametrize("types", [PINNED, HEAD], ids=["95c70080", "a38977e"])
+@pytest.mark.parametrize("types", [PINNED, HEAD], ids=[PINNED_RT[:8], HEAD_RT])
 def test_tested_infinirt_enums_configure(tmp_path: Path, types: list[str]) -> None:
     result = _configure(tmp_path, types)
     assert result.returncode == 0, result.stderr
@@ -64,7 +77,7 @@ def test_an_unknown_device_type_stops_configuration_by_name(tmp_path: Path) -> N
     assert result.returncode != 0
     message = " ".join(result.stderr.split())
     assert "device types torch-infini has no capability policy for: kOrion" in message
-    assert "Tested InfiniRT releases: 95c70080 (pinned) and a38977e" in message
+    assert f"Tested InfiniRT releases: {PINNED_RT[:8]} (pinned) and {HEAD_RT}" in message
 
 
 def _shared_library(cc: str, out: Path, source: str, *link: str, soname: str = "") -> None:

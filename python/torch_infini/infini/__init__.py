@@ -3,7 +3,9 @@
 As torch.cuda's, its functions live in submodules that are public too:
 ``torch.infini.random`` (seeds and generator states), ``torch.infini.streams``
 (streams and events) and ``torch.infini.memory`` (allocator statistics and
-history); this module re-exports them.
+history); this module re-exports them. ``torch.infini.amp`` is torch.cuda.amp's
+counterpart (autocast, GradScaler, custom_fwd/custom_bwd for infini, deprecated
+in favour of torch.amp as torch.cuda.amp's are); as there, its names stay in it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import memory, random, streams
+from . import amp, memory, random, streams
 from ._device import (
     current_device,
     device,
@@ -67,6 +69,7 @@ __all__ = [
     "Event",
     "Stream",
     "StreamContext",
+    "amp",
     "current_device",
     "current_stream",
     "default_stream",

@@ -21,8 +21,8 @@
 
 #include "aten/bridge.h"
 #include "aten/bridge_registrar.h"
-#include "aten/unary_operators.h"
 #include "fallback/refusal.h"
+#include "torch_infini/ops/unary_operators.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -404,14 +404,11 @@ at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor&
 
 // ------------------------------------------ unary operators (unary_operators.h)
 
-using UnaryKernel = void (KernelProvider::*)(const TensorRef&, const TensorRef&,
-                                             runtime::StreamHandle);
-
 enum class OutResize { kIteratorOut, kContiguousOut };
 
 // Computes into `out` (undefined: a new tensor) and returns the result.
-Operand unaryKernel(const char* name, SeamOp op, UnaryKernel kernel, const at::Tensor& self,
-                    const at::Tensor& out, OutResize resize) {
+Operand unaryKernel(const char* name, SeamOp op, const at::Tensor& self, const at::Tensor& out,
+                    OutResize resize) {
   checkInfiniTensor(name, "input", self);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
@@ -426,27 +423,24 @@ Operand unaryKernel(const char* name, SeamOp op, UnaryKernel kernel, const at::T
   }
   Operand result = elementwiseOutput(out, {self});
   if (result->numel() > 0)
-    (selectedKernelProvider().*kernel)(toRef(*result), toRef(self), streamOf(*result));
+    selectedKernelProvider().unary(op, toRef(*result), toRef(self), streamOf(*result));
   return result;
 }
 
 // name, name_ and name.out of each declared unary operator.
-#define TORCH_INFINI_DEFINE_UNARY(name, seam, method, resize)                               \
-  struct name##_unary {                                                                     \
-    static at::Tensor functional(const at::Tensor& self) {                                  \
-      return *unaryKernel(#name, SeamOp::seam, &KernelProvider::method, self, at::Tensor(), \
-                          OutResize::resize);                                               \
-    }                                                                                       \
-    static at::Tensor& inplace(at::Tensor& self) {                                          \
-      unaryKernel(#name "_", SeamOp::seam, &KernelProvider::method, self, self,             \
-                  OutResize::kIteratorOut);                                                 \
-      return self;                                                                          \
-    }                                                                                       \
-    static at::Tensor& out(const at::Tensor& self, at::Tensor& out) {                       \
-      unaryKernel(#name ".out", SeamOp::seam, &KernelProvider::method, self, out,           \
-                  OutResize::resize);                                                       \
-      return out;                                                                           \
-    }                                                                                       \
+#define TORCH_INFINI_DEFINE_UNARY(name, seam, resize, ...)                             \
+  struct name##_unary {                                                                \
+    static at::Tensor functional(const at::Tensor& self) {                             \
+      return *unaryKernel(#name, SeamOp::seam, self, at::Tensor(), OutResize::resize); \
+    }                                                                                  \
+    static at::Tensor& inplace(at::Tensor& self) {                                     \
+      unaryKernel(#name "_", SeamOp::seam, self, self, OutResize::kIteratorOut);       \
+      return self;                                                                     \
+    }                                                                                  \
+    static at::Tensor& out(const at::Tensor& self, at::Tensor& out) {                  \
+      unaryKernel(#name ".out", SeamOp::seam, self, out, OutResize::resize);           \
+      return out;                                                                      \
+    }                                                                                  \
   };
 TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_DEFINE_UNARY)
 #undef TORCH_INFINI_DEFINE_UNARY
@@ -530,7 +524,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TORCH_INFINI_IMPL_OR_FALLBACK(mul, "mul.Tensor", mul_Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(mul, "mul_.Tensor", mul__Tensor);
   TORCH_INFINI_IMPL_OR_FALLBACK(mul, "mul.out", mul_out);
-#define TORCH_INFINI_REGISTER_UNARY(name, seam, method, resize)                                    \
+#define TORCH_INFINI_REGISTER_UNARY(name, seam, ...)                                               \
   BridgeRegistrar(m, "aten", "activation", SeamOp::seam)                                           \
       .impl(#name, TORCH_FN((OrCpuFallback<at::_ops::name, &name##_unary::functional>::call)))     \
       .impl(#name "_", TORCH_FN((OrCpuFallback<at::_ops::name##_, &name##_unary::inplace>::call))) \

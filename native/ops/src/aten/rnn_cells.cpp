@@ -16,7 +16,7 @@
 
 #include "aten/bridge.h"
 #include "aten/bridge_registrar.h"
-#include "fused/reference.h"
+#include "fused/common.h"
 #include "random/dtypes.h"
 
 namespace torch_infini::ops {

@@ -96,7 +96,7 @@ class AliasPool {
 // a thread_local of a shared library is a call (__tls_get_addr).
 struct ThreadState {
   AliasPool aliases;
-  // The operator this thread is running on the CPU (see runOnHostAliases).
+  // The operator this thread is running on the CPU (see RunningOperator).
   const c10::OperatorHandle* running = nullptr;
 };
 thread_local ThreadState thread_state;
@@ -273,13 +273,97 @@ bool isResizeRefusal(const c10::Error& e) {
   return std::string(e.what_without_backtrace()).find("not resizable") != std::string::npos;
 }
 
+// Mutable tensor arguments and their CPU aliases, by argument index.
+using MutableAliases = c10::SmallVector<std::pair<size_t, at::Tensor>, 4>;
+
+// The mutable infini arguments (in-place self, out=) of a call whose
+// arguments `original` held, with the CPU aliases the stack holds from
+// `begin` on: a CPU kernel may give them a new shape within their memory (an
+// out= of 0 elements resized to (1, 0, 3)), which the infini tensor must
+// take too.
+MutableAliases mutableAliases(const c10::FunctionSchema& schema, const Arguments& original,
+                              const torch::jit::Stack& stack, size_t begin) {
+  MutableAliases aliases;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor()))
+      aliases.emplace_back(i, stack[begin + i].toTensor());
+  }
+  return aliases;
+}
+
+// Before the CPU reads and writes the memory of the call's device: the
+// stream's pending work first. A functional call's CPU kernel allocates its
+// results in device memory (on the current stream), which the infini results
+// then take over: `redirect` holds that scope.
+void prepareDevice(const Aliaser& aliaser, bool functional,
+                   std::optional<RedirectCpuAllocations>* redirect) {
+  if (!aliaser.device()) return;
+  const int device = aliaser.device()->index();
+  const c10::StreamId stream = currentStreamIdUnchecked(device);
+  runtime::selectedRuntime().synchronizeStream(nativeStreamUnchecked(device, stream));
+  if (functional) redirect->emplace(device, stream);
+}
+
+// Marks `op` as the operator this thread runs on the CPU, for the scope.
+// Every infini argument is a CPU alias by then, so the call cannot come back
+// to the fallback; should an argument kind be missed, it refuses instead of
+// recursing.
+class RunningOperator {
+ public:
+  RunningOperator(const c10::OperatorHandle*& slot, const c10::OperatorHandle& op) : slot_(slot) {
+    TORCH_CHECK_NOT_IMPLEMENTED(slot == nullptr || !(*slot == op),
+                                "infini: the CPU fallback could not move every argument of '",
+                                op.schema().operator_name(), "' to the CPU");
+    outer_ = std::exchange(slot, &op);
+  }
+  ~RunningOperator() { slot_ = outer_; }
+  RunningOperator(const RunningOperator&) = delete;
+  RunningOperator& operator=(const RunningOperator&) = delete;
+
+ private:
+  const c10::OperatorHandle*& slot_;
+  const c10::OperatorHandle* outer_ = nullptr;
+};
+
+// Calls the CPU kernel on the aliased arguments. Plain CPU arguments go
+// straight to it, as at::native::cpu_fallback calls it (no second pass
+// through the dispatch keys, which the infini call passed already). A
+// profiler that records operators gets the full call, which it records
+// nested in the infini one; view bits get it too, for their fallbacks (whose
+// per-operator fallthroughs only a full dispatch skips). Either way CPU
+// autocast stays out: it is for CPU tensors, and these are infini's.
+void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                   const Aliaser& aliaser) {
+  if (aliaser.onlyPlainCpuTensors() &&
+      !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  } else {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    op.callBoxed(stack);
+  }
+}
+
+// After the CPU kernel: each mutable infini argument takes the storage or
+// the geometry the kernel gave its alias.
+void updateMutableArguments(const MutableAliases& aliases, const Arguments& original,
+                            Aliaser& aliaser) {
+  for (const auto& [index, alias] : aliases) {
+    const at::Tensor& target = original[index].toTensor();
+    if (aliaser.replacedStorage(target, alias)) continue;
+    if (!sameGeometry(*target.unsafeGetTensorImpl(), *alias.unsafeGetTensorImpl())) {
+      // Same memory (the alias's storage cannot grow): only the geometry moved.
+      target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
+                                                          alias.storage_offset());
+    }
+  }
+}
+
 }  // namespace
 
-bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                      int64_t* bytes_copied) {
+bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                     int64_t* bytes_copied) {
   const c10::FunctionSchema& schema = op.schema();
-  const size_t num_args = schema.arguments().size();
-  const size_t begin = stack->size() - num_args;
+  const size_t begin = stack->size() - schema.arguments().size();
   // What a call that writes arguments (in-place, out=) needs of them after
   // the CPU kernel ran; a functional call needs none (every argument is
   // kept alive by the aliaser).
@@ -290,49 +374,15 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   argumentsToCpu(
       stack, begin, [&](const at::Tensor& t) { return aliaser.toCpu(t); },
       [&](c10::Device device) { aliaser.noteDevice(device); });
-  // Mutable tensor arguments (in-place self, out=) and their CPU aliases: a
-  // CPU kernel may give them a new shape within their memory (an out= of 0
-  // elements resized to (1, 0, 3)), which the infini tensor must take too.
-  c10::SmallVector<std::pair<size_t, at::Tensor>, 4> mutable_aliases;
-  for (size_t i = 0; i < num_args && !functional; ++i) {
-    if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor()))
-      mutable_aliases.emplace_back(i, (*stack)[begin + i].toTensor());
-  }
-  // A functional call's CPU kernel allocates its results in device memory
-  // (on the current stream), which the infini results then take over.
+  const MutableAliases mutable_aliases =
+      functional ? MutableAliases() : mutableAliases(schema, original, *stack, begin);
+  // The redirect and the running mark last to the return: over the results'
+  // conversion to infini tensors too.
   std::optional<RedirectCpuAllocations> redirect;
-  if (aliaser.device()) {
-    // The CPU reads and writes the memory now: the stream's pending work first.
-    const int device = aliaser.device()->index();
-    const c10::StreamId stream = currentStreamIdUnchecked(device);
-    runtime::selectedRuntime().synchronizeStream(nativeStreamUnchecked(device, stream));
-    if (functional) redirect.emplace(device, stream);
-  }
-  // Every infini argument is a CPU alias now, so the call cannot come back
-  // here; should an argument kind be missed, refuse instead of recursing.
-  TORCH_CHECK_NOT_IMPLEMENTED(thread.running == nullptr || !(*thread.running == op),
-                              "infini: the CPU fallback could not move every argument of '",
-                              schema.operator_name(), "' to the CPU");
-  struct Running {
-    const c10::OperatorHandle*& slot;
-    const c10::OperatorHandle* outer;
-    ~Running() { slot = outer; }
-  } running{thread.running, std::exchange(thread.running, &op)};
+  prepareDevice(aliaser, functional, &redirect);
+  const RunningOperator running(thread.running, op);
   try {
-    // Plain CPU arguments: straight to the CPU kernel, as
-    // at::native::cpu_fallback calls it (no second pass through the
-    // dispatch keys, which the infini call passed already). A profiler that
-    // records operators gets the full call, which it records nested in the
-    // infini one; view bits get it too, for their fallbacks (whose per-
-    // operator fallthroughs only a full dispatch skips). Either way CPU
-    // autocast stays out: it is for CPU tensors, and these are infini's.
-    if (aliaser.onlyPlainCpuTensors() &&
-        !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    } else {
-      c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-      op.callBoxed(stack);
-    }
+    callCpuKernel(op, stack, aliaser);
   } catch (const c10::Error& e) {
     // Only an out= argument can be refused a resize; a functional call kept
     // no copy of its arguments to retry with.
@@ -343,15 +393,7 @@ bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     stack->insert(stack->end(), original.begin(), original.end());
     return false;
   }
-  for (const auto& [index, alias] : mutable_aliases) {
-    const at::Tensor& target = original[index].toTensor();
-    if (aliaser.replacedStorage(target, alias)) continue;
-    if (!sameGeometry(*target.unsafeGetTensorImpl(), *alias.unsafeGetTensorImpl())) {
-      // Same memory (the alias's storage cannot grow): only the geometry moved.
-      target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
-                                                          alias.storage_offset());
-    }
-  }
+  updateMutableArguments(mutable_aliases, original, aliaser);
   returnsToInfini(schema, stack, original,
                   [&](at::Tensor t) { return aliaser.toInfini(std::move(t), bytes_copied); });
   return true;

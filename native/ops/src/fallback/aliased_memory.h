@@ -13,7 +13,7 @@ namespace torch_infini::ops {
 // infini results on the stack; adds the bytes it copied to *bytes_copied.
 // False, with the stack as it was, when the call must copy instead (an out=
 // argument the CPU kernel needs to resize).
-bool runOnHostAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                      int64_t* bytes_copied);
+bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                     int64_t* bytes_copied);
 
 }  // namespace torch_infini::ops

@@ -226,7 +226,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
   const c10::approx_time_t start = c10::getApproximateTime();
   int64_t bytes_copied = 0;
   const bool in_place = hostAddressable() && !p.force_staging.load(std::memory_order_relaxed) &&
-                        runOnHostAliases(op, stack, &bytes_copied);
+                        runOnCpuAliases(op, stack, &bytes_copied);
   if (!in_place) {
     // Elsewhere (and for out= arguments the CPU kernel resizes): through
     // pinned copies on the current stream.

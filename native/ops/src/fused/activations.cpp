@@ -6,25 +6,22 @@
 // formula. A dtype the provider does not declare runs in the CPU fallback,
 // under its policy.
 //
-// Semantics (docs/fused_operators.md): computed in float (double for
-// float64 inputs), rounded once to the input's dtype.
-//   silu_and_mul(Tensor input) -> Tensor
-//       input [..., 2h] -> silu(input[..., :h]) * input[..., h:], [..., h]
-//   swiglu(Tensor input, Tensor gate) -> Tensor
-//       input * silu(gate), one shape
-//   causal_softmax(Tensor input) -> Tensor
-//       input [..., s, t], s <= t: softmax of row i over columns j <= t - s + i,
-//       0 elsewhere
+// Semantics (docs/fused_operators.md; schemas: library.cpp): computed in
+// float (double for float64 inputs), rounded once to the input's dtype.
+//   silu_and_mul: input [..., 2h] -> silu(input[..., :h]) * input[..., h:], [..., h]
+//   swiglu: input * silu(gate), one shape
+//   causal_softmax: input [..., s, t], s <= t: softmax of row i over columns
+//       j <= t - s + i, 0 elsewhere
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
-#include "fallback/refusal.h"
-#include "fused/reference.h"
+#include "fused/common.h"
+#include "fused/registration.h"
 
 namespace torch_infini::ops {
+namespace {
 
 void checkSiluAndMul(const at::Tensor& x) {
   TORCH_CHECK(at::isFloatingType(x.scalar_type()),
@@ -84,8 +81,6 @@ at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {
   return (input.to(w) * at::silu(gate.to(w))).to(input.scalar_type());
 }
 
-namespace {
-
 // ---- CPU and Meta ------------------------------------------------------------
 
 at::Tensor silu_and_mul_cpu(const at::Tensor& x) { return siluAndMulReference(x); }
@@ -115,23 +110,6 @@ at::Tensor swiglu_meta(const at::Tensor& input, const at::Tensor& gate) {
 
 // ---- infini, through the kernel seam ------------------------------------------------
 
-// Operator descriptors for the CPU-fallback helper (as ATen's at::_ops).
-struct silu_and_mul_op {
-  using schema = at::Tensor(const at::Tensor&);
-  static constexpr const char* name = "infini::silu_and_mul";
-  static constexpr const char* overload_name = "";
-};
-struct causal_softmax_op {
-  using schema = at::Tensor(const at::Tensor&);
-  static constexpr const char* name = "infini::causal_softmax";
-  static constexpr const char* overload_name = "";
-};
-struct swiglu_op {
-  using schema = at::Tensor(const at::Tensor&, const at::Tensor&);
-  static constexpr const char* name = "infini::swiglu";
-  static constexpr const char* overload_name = "";
-};
-
 at::Tensor silu_and_mul_infini(const at::Tensor& x) {
   checkSiluAndMul(x);
   requireKernel("infini::silu_and_mul", SeamOp::SiluAndMul, x.scalar_type());
@@ -160,6 +138,37 @@ at::Tensor swiglu_infini(const at::Tensor& input, const at::Tensor& gate) {
   return out;
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+at::Tensor silu_and_mul_autograd(const at::Tensor& x);
+at::Tensor causal_softmax_autograd(const at::Tensor& x);
+at::Tensor swiglu_autograd(const at::Tensor& input, const at::Tensor& gate);
+
+struct SiluAndMul {
+  static constexpr const char* name = "infini::silu_and_mul";
+  static constexpr auto cpu = &silu_and_mul_cpu;
+  static constexpr auto meta = &silu_and_mul_meta;
+  static constexpr auto infini = &silu_and_mul_infini;
+  static constexpr SeamOp seam = SeamOp::SiluAndMul;
+  static constexpr auto autograd = &silu_and_mul_autograd;
+};
+struct CausalSoftmax {
+  static constexpr const char* name = "infini::causal_softmax";
+  static constexpr auto cpu = &causal_softmax_cpu;
+  static constexpr auto meta = &causal_softmax_meta;
+  static constexpr auto infini = &causal_softmax_infini;
+  static constexpr SeamOp seam = SeamOp::CausalSoftmax;
+  static constexpr auto autograd = &causal_softmax_autograd;
+};
+struct Swiglu {
+  static constexpr const char* name = "infini::swiglu";
+  static constexpr auto cpu = &swiglu_cpu;
+  static constexpr auto meta = &swiglu_meta;
+  static constexpr auto infini = &swiglu_infini;
+  static constexpr SeamOp seam = SeamOp::Swiglu;
+  static constexpr auto autograd = &swiglu_autograd;
+};
+
 // ---- autograd (every device) ----------------------------------------------------------
 
 // d/dx of silu(g) * u: (grad * u * silu'(g), grad * silu(g)), computed as
@@ -179,11 +188,7 @@ class SiluAndMulFunction : public torch::autograd::Function<SiluAndMulFunction> 
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
     ctx->save_for_backward({x});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("infini::silu_and_mul", "")
-                               .typed<silu_and_mul_op::schema>();
-    return op.call(x);
+    return callBelowAutograd<SiluAndMul>(x);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -197,11 +202,7 @@ class SiluAndMulFunction : public torch::autograd::Function<SiluAndMulFunction> 
 class CausalSoftmaxFunction : public torch::autograd::Function<CausalSoftmaxFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("infini::causal_softmax", "")
-                               .typed<causal_softmax_op::schema>();
-    at::Tensor y = op.call(x);
+    at::Tensor y = callBelowAutograd<CausalSoftmax>(x);
     ctx->save_for_backward({y});
     return y;
   }
@@ -226,11 +227,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
                             const at::Tensor& gate) {
     ctx->save_for_backward({input, gate});
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("infini::swiglu", "")
-                               .typed<swiglu_op::schema>();
-    return op.call(input, gate);
+    return callBelowAutograd<Swiglu>(input, gate);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -248,38 +245,10 @@ at::Tensor swiglu_autograd(const at::Tensor& input, const at::Tensor& gate) {
 
 }  // namespace
 
-TORCH_LIBRARY(infini, m) {
-  m.def("silu_and_mul(Tensor input) -> Tensor");
-  m.def("swiglu(Tensor input, Tensor gate) -> Tensor");
-  m.def("causal_softmax(Tensor input) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(infini, CPU, m) {
-  m.impl("causal_softmax", TORCH_FN(causal_softmax_cpu));
-  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_cpu));
-  m.impl("swiglu", TORCH_FN(swiglu_cpu));
-}
-
-TORCH_LIBRARY_IMPL(infini, Meta, m) {
-  m.impl("causal_softmax", TORCH_FN(causal_softmax_meta));
-  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_meta));
-  m.impl("swiglu", TORCH_FN(swiglu_meta));
-}
-
-TORCH_LIBRARY_IMPL(infini, PrivateUse1, m) {
-  BridgeRegistrar(m, "infini", "fused", SeamOp::CausalSoftmax)
-      .impl("causal_softmax",
-            TORCH_FN((OrCpuFallback<causal_softmax_op, &causal_softmax_infini>::call)));
-  BridgeRegistrar(m, "infini", "fused", SeamOp::SiluAndMul)
-      .impl("silu_and_mul", TORCH_FN((OrCpuFallback<silu_and_mul_op, &silu_and_mul_infini>::call)));
-  BridgeRegistrar(m, "infini", "fused", SeamOp::Swiglu)
-      .impl("swiglu", TORCH_FN((OrCpuFallback<swiglu_op, &swiglu_infini>::call)));
-}
-
-TORCH_LIBRARY_IMPL(infini, Autograd, m) {
-  m.impl("causal_softmax", TORCH_FN(causal_softmax_autograd));
-  m.impl("silu_and_mul", TORCH_FN(silu_and_mul_autograd));
-  m.impl("swiglu", TORCH_FN(swiglu_autograd));
+TORCH_LIBRARY_FRAGMENT(infini, m) {
+  registerFused<SiluAndMul>(m);
+  registerFused<Swiglu>(m);
+  registerFused<CausalSoftmax>(m);
 }
 
 }  // namespace torch_infini::ops

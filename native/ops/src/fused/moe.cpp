@@ -1,9 +1,6 @@
 // InfiniOps' (vLLM's) mixture-of-experts routing as torch.ops.infini
-// (docs/fused_operators.md):
-//
-//   topk_softmax(Tensor gating_output, int topk, bool renormalize=False,
-//                Tensor? bias=None, Tensor? is_padding=None)
-//       -> (Tensor weights, Tensor indices, Tensor token_expert_indices)
+// topk_softmax (docs/fused_operators.md; schema: library.cpp), returning
+// (weights, indices, token_expert_indices).
 //
 // gating_output [T, E] (float16, bfloat16, float32): per token, the softmax
 // of the expert logits in float; the topk experts by softmax + bias (bias
@@ -24,6 +21,7 @@
 #include <tuple>
 
 #include "aten/bridge.h"
+#include "fused/registration.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -165,16 +163,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_autograd(
   return {out[0], out[1], out[2]};
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct TopkSoftmax {
+  static constexpr const char* name = "infini::topk_softmax";
+  static constexpr auto cpu = &topk_softmax_cpu;
+  static constexpr auto meta = &topk_softmax_meta;
+  static constexpr auto autograd = &topk_softmax_autograd;
+};
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(infini, m) {
-  m.def(
-      "topk_softmax(Tensor gating_output, int topk, bool renormalize=False, Tensor? bias=None, "
-      "Tensor? is_padding=None) -> (Tensor, Tensor, Tensor)");
-}
-
-TORCH_LIBRARY_IMPL(infini, CPU, m) { m.impl("topk_softmax", TORCH_FN(topk_softmax_cpu)); }
-TORCH_LIBRARY_IMPL(infini, Meta, m) { m.impl("topk_softmax", TORCH_FN(topk_softmax_meta)); }
-TORCH_LIBRARY_IMPL(infini, Autograd, m) { m.impl("topk_softmax", TORCH_FN(topk_softmax_autograd)); }
+TORCH_LIBRARY_FRAGMENT(infini, m) { registerFused<TopkSoftmax>(m); }
 
 }  // namespace torch_infini::ops

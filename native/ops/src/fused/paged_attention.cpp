@@ -1,11 +1,6 @@
 // InfiniOps' (vLLM's) paged KV cache as torch.ops.infini
-// (docs/fused_operators.md):
-//
-//   reshape_and_cache_flash(Tensor key, Tensor value, Tensor(a!) key_cache,
-//                           Tensor(b!) value_cache, Tensor slot_mapping) -> ()
-//   paged_attention(Tensor query, Tensor key_cache, Tensor value_cache,
-//                   Tensor block_tables, Tensor seq_lens, float scale,
-//                   Tensor? alibi_slopes=None) -> Tensor
+// reshape_and_cache_flash and paged_attention (docs/fused_operators.md;
+// schemas: library.cpp).
 //
 // reshape_and_cache_flash writes token t's key and value, [T, heads,
 // head_size], into slot slot_mapping[t] of the caches, [num_blocks,
@@ -35,7 +30,8 @@
 #include <optional>
 
 #include "aten/bridge.h"
-#include "fused/reference.h"
+#include "fused/common.h"
+#include "fused/registration.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -225,30 +221,26 @@ at::Tensor paged_attention_autograd(const at::Tensor& query, const at::Tensor& k
   return op.call(query, key_cache, value_cache, block_tables, seq_lens, scale, alibi_slopes);
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct ReshapeAndCacheFlash {
+  static constexpr const char* name = "infini::reshape_and_cache_flash";
+  static constexpr auto cpu = &reshape_and_cache_flash_cpu;
+  static constexpr auto meta = &reshape_and_cache_flash_meta;
+  static constexpr auto autograd = &reshape_and_cache_flash_autograd;
+};
+struct PagedAttention {
+  static constexpr const char* name = "infini::paged_attention";
+  static constexpr auto cpu = &paged_attention_cpu;
+  static constexpr auto meta = &paged_attention_meta;
+  static constexpr auto autograd = &paged_attention_autograd;
+};
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(infini, m) {
-  m.def(
-      "reshape_and_cache_flash(Tensor key, Tensor value, Tensor(a!) key_cache, "
-      "Tensor(b!) value_cache, Tensor slot_mapping) -> ()");
-  m.def(
-      "paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
-      "Tensor seq_lens, float scale, Tensor? alibi_slopes=None) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(infini, CPU, m) {
-  m.impl("reshape_and_cache_flash", TORCH_FN(reshape_and_cache_flash_cpu));
-  m.impl("paged_attention", TORCH_FN(paged_attention_cpu));
-}
-
-TORCH_LIBRARY_IMPL(infini, Meta, m) {
-  m.impl("reshape_and_cache_flash", TORCH_FN(reshape_and_cache_flash_meta));
-  m.impl("paged_attention", TORCH_FN(paged_attention_meta));
-}
-
-TORCH_LIBRARY_IMPL(infini, Autograd, m) {
-  m.impl("reshape_and_cache_flash", TORCH_FN(reshape_and_cache_flash_autograd));
-  m.impl("paged_attention", TORCH_FN(paged_attention_autograd));
+  registerFused<ReshapeAndCacheFlash>(m);
+  registerFused<PagedAttention>(m);
 }
 
 }  // namespace torch_infini::ops

@@ -1,13 +1,11 @@
 // The residual-add RMSNorm family of InfiniOps as torch.ops.infini
-// operators (docs/fused_operators.md):
+// operators (docs/fused_operators.md; schemas: library.cpp):
 //
-//   add_rms_norm(Tensor input, Tensor residual, Tensor weight, float eps=1e-6)
-//       -> (Tensor out, Tensor residual_out)
+//   add_rms_norm -> (out, residual_out)
 //     residual_out = input + residual, rounded to the input's dtype; out =
 //     (residual_out * weight) * rsqrt(mean(residual_out^2, -1) + eps),
 //     computed in float (double for float64), rounded once. Differentiable.
-//   fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor? weight,
-//                      float eps=1e-6) -> ()
+//   fused_add_rms_norm, in place on input and residual
 //     vLLM's in-place form: residual <- input + residual (rounded), input <-
 //     (residual * rsqrt(...)) * weight. No derivative (it overwrites its
 //     inputs): with a gradient required it raises, naming add_rms_norm.
@@ -21,7 +19,8 @@
 #include <torch/library.h>
 
 #include "aten/bridge.h"
-#include "fused/reference.h"
+#include "fused/common.h"
+#include "fused/registration.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -161,30 +160,26 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
   bumpVersion(residual);
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct AddRmsNorm {
+  static constexpr const char* name = "infini::add_rms_norm";
+  static constexpr auto cpu = &add_rms_norm_cpu;
+  static constexpr auto meta = &add_rms_norm_meta;
+  static constexpr auto autograd = &add_rms_norm_autograd;
+};
+struct FusedAddRmsNorm {
+  static constexpr const char* name = "infini::fused_add_rms_norm";
+  static constexpr auto cpu = &fused_add_rms_norm_cpu;
+  static constexpr auto meta = &fused_add_rms_norm_meta;
+  static constexpr auto autograd = &fused_add_rms_norm_autograd;
+};
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(infini, m) {
-  m.def(
-      "add_rms_norm(Tensor input, Tensor residual, Tensor weight, float eps=1e-6) -> "
-      "(Tensor, Tensor)");
-  m.def(
-      "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor? weight, "
-      "float eps=1e-6) -> ()");
-}
-
-TORCH_LIBRARY_IMPL(infini, CPU, m) {
-  m.impl("add_rms_norm", TORCH_FN(add_rms_norm_cpu));
-  m.impl("fused_add_rms_norm", TORCH_FN(fused_add_rms_norm_cpu));
-}
-
-TORCH_LIBRARY_IMPL(infini, Meta, m) {
-  m.impl("add_rms_norm", TORCH_FN(add_rms_norm_meta));
-  m.impl("fused_add_rms_norm", TORCH_FN(fused_add_rms_norm_meta));
-}
-
-TORCH_LIBRARY_IMPL(infini, Autograd, m) {
-  m.impl("add_rms_norm", TORCH_FN(add_rms_norm_autograd));
-  m.impl("fused_add_rms_norm", TORCH_FN(fused_add_rms_norm_autograd));
+  registerFused<AddRmsNorm>(m);
+  registerFused<FusedAddRmsNorm>(m);
 }
 
 }  // namespace torch_infini::ops

@@ -1,9 +1,5 @@
 // InfiniOps' (vLLM's) rotary position embedding as torch.ops.infini
-// (docs/fused_operators.md):
-//
-//   rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key,
-//                    int head_size, Tensor cos_sin_cache, bool is_neox,
-//                    int rope_dim_offset=0, bool inverse=False) -> ()
+// rotary_embedding (docs/fused_operators.md; schema: library.cpp).
 //
 // In place on query and key. positions: integer, [T] or [B, S]; query/key:
 // [*positions.shape, heads * head_size] or [*positions.shape, heads,
@@ -26,7 +22,8 @@
 #include <torch/library.h>
 
 #include "aten/bridge.h"
-#include "fused/reference.h"
+#include "fused/common.h"
+#include "fused/registration.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -153,20 +150,17 @@ void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
   if (has_key) bumpVersion(*key);
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct RotaryEmbedding {
+  static constexpr const char* name = "infini::rotary_embedding";
+  static constexpr auto cpu = &rotary_embedding_cpu;
+  static constexpr auto meta = &rotary_embedding_meta;
+  static constexpr auto autograd = &rotary_embedding_autograd;
+};
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(infini, m) {
-  m.def(
-      "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
-      "Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()");
-}
-
-TORCH_LIBRARY_IMPL(infini, CPU, m) { m.impl("rotary_embedding", TORCH_FN(rotary_embedding_cpu)); }
-
-TORCH_LIBRARY_IMPL(infini, Meta, m) { m.impl("rotary_embedding", TORCH_FN(rotary_embedding_meta)); }
-
-TORCH_LIBRARY_IMPL(infini, Autograd, m) {
-  m.impl("rotary_embedding", TORCH_FN(rotary_embedding_autograd));
-}
+TORCH_LIBRARY_FRAGMENT(infini, m) { registerFused<RotaryEmbedding>(m); }
 
 }  // namespace torch_infini::ops

@@ -1,8 +1,5 @@
 // InfiniOps' top-k / top-p sampler as torch.ops.infini
-// (docs/fused_operators.md):
-//
-//   top_k_top_p_sample(Tensor logits, Tensor? top_k=None, Tensor? top_p=None, *,
-//                      Generator? generator=None) -> Tensor
+// top_k_top_p_sample (docs/fused_operators.md; schema: library.cpp).
 //
 // logits [B, V], any floating dtype, read in float (as InfiniOps does); top_k
 // integer [1] or [B] (<= 0 or > V: all V), top_p floating [1] or [B] (<= 0
@@ -25,7 +22,7 @@
 #include <torch/library.h>
 
 #include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "fused/registration.h"
 #include "random/dtypes.h"
 
 namespace torch_infini::ops {
@@ -109,28 +106,23 @@ at::Tensor sample_meta(const at::Tensor& logits, const std::optional<at::Tensor>
   return at::empty({logits.size(0)}, logits.options().dtype(at::kLong));
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(infini, m) {
-  m.def(
-      "top_k_top_p_sample(Tensor logits, Tensor? top_k=None, Tensor? top_p=None, *, "
-      "Generator? generator=None) -> Tensor",
-      {at::Tag::nondeterministic_seeded});
-}
+// ---- the operator (schema: library.cpp) ------------------------------------------------
 
 // The same kernel for CPU and infini tensors: the draw on the tensors' own
-// device and generator, the selection on the host.
-TORCH_LIBRARY_IMPL(infini, CPU, m) { m.impl("top_k_top_p_sample", TORCH_FN(sample)); }
-// Draws on the device generator, selects on the host: every floating dtype
-// of logits.
-TORCH_LIBRARY_IMPL(infini, PrivateUse1, m) {
-  BridgeRegistrar(m, "infini", "random", std::nullopt, floatingDtype)
-      .impl("top_k_top_p_sample", TORCH_FN(sample));
-}
-TORCH_LIBRARY_IMPL(infini, Meta, m) { m.impl("top_k_top_p_sample", TORCH_FN(sample_meta)); }
-// Token ids have no gradient.
-TORCH_LIBRARY_IMPL(infini, Autograd, m) {
-  m.impl("top_k_top_p_sample", torch::CppFunction::makeFallthrough());
-}
+// device and generator, the selection on the host; every floating dtype of
+// logits. Token ids have no gradient.
+struct TopKTopPSample {
+  static constexpr const char* name = "infini::top_k_top_p_sample";
+  static constexpr auto cpu = &sample;
+  static constexpr auto meta = &sample_meta;
+  static constexpr auto infini = &sample;
+  static constexpr const char* family = "random";
+  static constexpr auto accepts = &floatingDtype;
+  static constexpr bool no_gradient = true;
+};
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(infini, m) { registerFused<TopKTopPSample>(m); }
 
 }  // namespace torch_infini::ops

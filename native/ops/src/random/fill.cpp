@@ -97,116 +97,176 @@ T to(double x) {
 template <typename T>
 constexpr bool kWide = std::is_same_v<T, double>;  // 53-bit draws
 
-// Elements [first, first + count) of the draw into dst[0, count).
+// A uniform on [0, 1) from the next one lane (two for 53-bit draws).
+template <typename T>
+double closedOpenUnit(LaneReader& lanes) {
+  return kWide<T> ? closedOpen53(lanes.next64()) : closedOpen24(lanes.next());
+}
+
+// A uniform on (0, 1) from the next one lane (two for 53-bit draws), for
+// the distributions that take its log.
+template <typename T>
+double openUnit(LaneReader& lanes) {
+  return kWide<T> ? open52(lanes.next64()) : open24(lanes.next());
+}
+
+// Uniform on [from, to) = [param1, param2).
+template <typename T>
+void fillUniform(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  const double from = draw.param1;
+  const double to_ = draw.param2;
+  const double range = to_ - from;
+  for (int64_t i = 0; i < count; ++i) {
+    const double u = closedOpenUnit<T>(lanes);
+    T value = to<T>(u * range + from);
+    // Rounding to T may reach `to`: [from, to) holds as on CUDA.
+    if (!(static_cast<double>(value) < to_) && from < to_) value = to<T>(from);
+    dst[i] = value;
+  }
+}
+
+// Normal (mean param1, std param2) or its exp, by Box-Muller on pairs of
+// elements: in float, vectorized, for float and narrower results; in double
+// otherwise.
+template <typename T>
+void fillNormal(const RandomDraw& draw, int64_t count, const uint32_t* lane_buffer,
+                float* float_scratch, T* dst) {
+  const bool log_normal = draw.kind == Distribution::LogNormal;
+  if constexpr (!kWide<T>) {
+    const int64_t pairs = (count + 1) / 2;
+    // A float result of whole pairs takes the values in place.
+    const bool direct = std::is_same_v<T, float> && count % 2 == 0;
+    float* values = direct ? reinterpret_cast<float*>(dst) : float_scratch;
+    normalPairsFloat(lane_buffer, pairs, static_cast<float>(draw.param1),
+                     static_cast<float>(draw.param2), log_normal, values);
+    if (!direct)
+      for (int64_t i = 0; i < count; ++i) dst[i] = to<T>(values[i]);
+    return;
+  }
+  LaneReader lanes(lane_buffer);
+  for (int64_t i = 0; i < count; i += 2) {
+    const double u1 = 1.0 - closedOpen53(lanes.next64());  // (0, 1]
+    const double u2 = closedOpen53(lanes.next64());
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * std::numbers::pi * u2;
+    double z0 = r * std::cos(theta) * draw.param2 + draw.param1;
+    double z1 = r * std::sin(theta) * draw.param2 + draw.param1;
+    if (log_normal) {
+      z0 = std::exp(z0);
+      z1 = std::exp(z1);
+    }
+    dst[i] = to<T>(z0);
+    if (i + 1 < count) dst[i + 1] = to<T>(z1);
+  }
+}
+
+// 1 with probability param1, else 0: one 32-bit lane per element.
+template <typename T>
+void fillBernoulli(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  const double p = draw.param1;
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = to<T>(static_cast<double>(lanes.next()) * 0x1p-32 < p ? 1.0 : 0.0);
+}
+
+// 1 with the probability at the element's place in the tensor draw.p, else
+// 0; `first` is the chunk's first element, where the walk over draw.p starts.
+template <typename T>
+void fillBernoulliP(const RandomDraw& draw, int64_t first, int64_t count, LaneReader& lanes,
+                    T* dst) {
+  Walker walker(draw.p, first);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, draw.p.dtype, "bernoulli_ on infini (p)", [&] {
+        const auto* p = static_cast<const scalar_t*>(draw.p.data);
+        for (int64_t i = 0; i < count; ++i, walker.advance()) {
+          const double pk = static_cast<double>(p[walker.offset()]);
+          dst[i] = to<T>(static_cast<double>(lanes.next()) * 0x1p-32 < pk ? 1.0 : 0.0);
+        }
+      });
+}
+
+// Exponential of rate param1.
+template <typename T>
+void fillExponential(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  const double lambda = draw.param1;
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = openUnit<T>(lanes);
+    T value = to<T>(-std::log(v) / lambda);
+    // Never 0 (the support is (0, inf)), even where T underflows.
+    if (!(static_cast<double>(value) > 0)) value = std::numeric_limits<T>::denorm_min();
+    dst[i] = value;
+  }
+}
+
+// Geometric of success probability param1: trials up to the first success.
+template <typename T>
+void fillGeometric(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  const double log_q = std::log1p(-draw.param1);
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = openUnit<T>(lanes);
+    dst[i] = to<T>(std::ceil(std::log(v) / log_q));
+  }
+}
+
+// Cauchy of median param1 and scale param2.
+template <typename T>
+void fillCauchy(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = openUnit<T>(lanes);
+    dst[i] = to<T>(draw.param1 + draw.param2 * std::tan(std::numbers::pi * (v - 0.5)));
+  }
+}
+
+// Integers in [base, base + range), or every 64-bit value for range 0.
+template <typename T>
+void fillIntegers(const RandomDraw& draw, int64_t count, LaneReader& lanes, T* dst) {
+  const uint64_t range = draw.range;
+  const auto base = static_cast<uint64_t>(draw.base);
+  // 64-bit draws for the full range (0) and ranges above 2^32.
+  const bool wide = lanesPerElement(draw, c10::CppTypeToScalarType<T>::value) == 2;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t x = wide ? lanes.next64() : lanes.next();
+    const uint64_t offset = range == 0 ? x : x % range;
+    const auto value = static_cast<int64_t>(base + offset);
+    if constexpr (std::is_same_v<T, bool>) {
+      dst[i] = value != 0;
+    } else {
+      dst[i] = static_cast<T>(value);
+    }
+  }
+}
+
+// Elements [first, first + count) of the draw into dst[0, count), from the
+// chunk's lanes in lane_buffer.
 template <typename T>
 void generate(const RandomDraw& draw, int64_t first, int64_t count, const uint32_t* lane_buffer,
               float* float_scratch, T* dst) {
   LaneReader lanes(lane_buffer);
-  const int64_t w = lanesPerElement(draw, c10::CppTypeToScalarType<T>::value);
   switch (draw.kind) {
-    case Distribution::Uniform: {
-      const double from = draw.param1;
-      const double to_ = draw.param2;
-      const double range = to_ - from;
-      for (int64_t i = 0; i < count; ++i) {
-        const double u = kWide<T> ? closedOpen53(lanes.next64()) : closedOpen24(lanes.next());
-        T value = to<T>(u * range + from);
-        // Rounding to T may reach `to`: [from, to) holds as on CUDA.
-        if (!(static_cast<double>(value) < to_) && from < to_) value = to<T>(from);
-        dst[i] = value;
-      }
+    case Distribution::Uniform:
+      fillUniform<T>(draw, count, lanes, dst);
       return;
-    }
     case Distribution::Normal:
-    case Distribution::LogNormal: {
-      const bool log_normal = draw.kind == Distribution::LogNormal;
-      if constexpr (!kWide<T>) {
-        // float arithmetic for float and narrower results, vectorized.
-        const int64_t pairs = (count + 1) / 2;
-        const bool direct = std::is_same_v<T, float> && count % 2 == 0;
-        float* values = direct ? reinterpret_cast<float*>(dst) : float_scratch;
-        normalPairsFloat(lane_buffer, pairs, static_cast<float>(draw.param1),
-                         static_cast<float>(draw.param2), log_normal, values);
-        if (!direct)
-          for (int64_t i = 0; i < count; ++i) dst[i] = to<T>(values[i]);
-        return;
-      }
-      for (int64_t i = 0; i < count; i += 2) {
-        const double u1 = 1.0 - closedOpen53(lanes.next64());  // (0, 1]
-        const double u2 = closedOpen53(lanes.next64());
-        const double r = std::sqrt(-2.0 * std::log(u1));
-        const double theta = 2.0 * std::numbers::pi * u2;
-        double z0 = r * std::cos(theta) * draw.param2 + draw.param1;
-        double z1 = r * std::sin(theta) * draw.param2 + draw.param1;
-        if (log_normal) {
-          z0 = std::exp(z0);
-          z1 = std::exp(z1);
-        }
-        dst[i] = to<T>(z0);
-        if (i + 1 < count) dst[i + 1] = to<T>(z1);
-      }
+    case Distribution::LogNormal:
+      fillNormal<T>(draw, count, lane_buffer, float_scratch, dst);
       return;
-    }
-    case Distribution::Bernoulli: {
-      const double p = draw.param1;
-      for (int64_t i = 0; i < count; ++i)
-        dst[i] = to<T>(static_cast<double>(lanes.next()) * 0x1p-32 < p ? 1.0 : 0.0);
+    case Distribution::Bernoulli:
+      fillBernoulli<T>(draw, count, lanes, dst);
       return;
-    }
-    case Distribution::BernoulliP: {
-      Walker walker(draw.p, first);
-      AT_DISPATCH_FLOATING_TYPES_AND2(
-          at::kHalf, at::kBFloat16, draw.p.dtype, "bernoulli_ on infini (p)", [&] {
-            const auto* p = static_cast<const scalar_t*>(draw.p.data);
-            for (int64_t i = 0; i < count; ++i, walker.advance()) {
-              const double pk = static_cast<double>(p[walker.offset()]);
-              dst[i] = to<T>(static_cast<double>(lanes.next()) * 0x1p-32 < pk ? 1.0 : 0.0);
-            }
-          });
+    case Distribution::BernoulliP:
+      fillBernoulliP<T>(draw, first, count, lanes, dst);
       return;
-    }
-    case Distribution::Exponential: {
-      const double lambda = draw.param1;
-      for (int64_t i = 0; i < count; ++i) {
-        const double v = kWide<T> ? open52(lanes.next64()) : open24(lanes.next());
-        T value = to<T>(-std::log(v) / lambda);
-        // Never 0 (the support is (0, inf)), even where T underflows.
-        if (!(static_cast<double>(value) > 0)) value = std::numeric_limits<T>::denorm_min();
-        dst[i] = value;
-      }
+    case Distribution::Exponential:
+      fillExponential<T>(draw, count, lanes, dst);
       return;
-    }
-    case Distribution::Geometric: {
-      const double log_q = std::log1p(-draw.param1);
-      for (int64_t i = 0; i < count; ++i) {
-        const double v = kWide<T> ? open52(lanes.next64()) : open24(lanes.next());
-        dst[i] = to<T>(std::ceil(std::log(v) / log_q));
-      }
+    case Distribution::Geometric:
+      fillGeometric<T>(draw, count, lanes, dst);
       return;
-    }
-    case Distribution::Cauchy: {
-      for (int64_t i = 0; i < count; ++i) {
-        const double v = kWide<T> ? open52(lanes.next64()) : open24(lanes.next());
-        dst[i] = to<T>(draw.param1 + draw.param2 * std::tan(std::numbers::pi * (v - 0.5)));
-      }
+    case Distribution::Cauchy:
+      fillCauchy<T>(draw, count, lanes, dst);
       return;
-    }
-    case Distribution::Integers: {
-      const uint64_t range = draw.range;
-      const auto base = static_cast<uint64_t>(draw.base);
-      const bool wide = w == 2;  // 64-bit draws for ranges above 2^32
-      for (int64_t i = 0; i < count; ++i) {
-        const uint64_t x = wide ? lanes.next64() : lanes.next();
-        const uint64_t offset = range == 0 ? x : x % range;
-        const auto value = static_cast<int64_t>(base + offset);
-        if constexpr (std::is_same_v<T, bool>) {
-          dst[i] = value != 0;
-        } else {
-          dst[i] = static_cast<T>(value);
-        }
-      }
+    case Distribution::Integers:
+      fillIntegers<T>(draw, count, lanes, dst);
       return;
-    }
   }
 }
 

@@ -21,39 +21,33 @@ constexpr DtypeMask kReluTypes = kAllFloatTypes | kIntTypes | dtypeBit(ScalarTyp
 constexpr uint32_t on(std::initializer_list<std::string_view> names) {
   uint32_t mask = 0;
   for (std::string_view name : names)
-    for (uint32_t i = 0; i < std::size(kDeviceTypeNames); ++i)
-      if (kDeviceTypeNames[i] == name) mask |= 1u << i;
+    for (uint32_t i = 0; i < std::size(runtime::kInfiniDeviceTypeNames); ++i)
+      if (runtime::kInfiniDeviceTypeNames[i] == name) mask |= 1u << i;
   return mask;
 }
 
-// The device types of the InfiniOps snapshot below (InfiniRT's thead and mars
-// came later; InfiniOps implements nothing for them).
-constexpr uint32_t kAll =
-    on({"cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon"});
+constexpr uint32_t everyDeviceType() {
+  return static_cast<uint32_t>((uint64_t{1} << std::size(runtime::kInfiniDeviceTypeNames)) - 1);
+}
+
+// The device types InfiniOps implements operators for: InfiniRT's, less
+// thead and mars (InfiniOps has no sources for them).
+constexpr uint32_t kAll = everyDeviceType() & ~on({"thead", "mars"});
 constexpr uint32_t kCpuAndCudaLike = on({"cpu", "nvidia", "iluvatar", "metax", "moore"});
 
 }  // namespace
 
-// The pinned InfiniOps (6c66469d): src/native/<device>/ops/<op>/ for where
-// an operator has implementation index 0, and the list its CPU
-// implementation's DispatchFunc takes for the dtypes (the other device types
-// are assumed to take the same list until a device run says otherwise).
+// The InfiniOps columns of the seam's rows (seam_operators.h).
 const std::vector<Declaration>& infiniOpsDeclarations() {
-  static const std::vector<Declaration> table{
-      {SeamOp::Copy, "Cast", kAllTypes, on({"cpu", "ascend"}), nullptr},
-      {SeamOp::Cast, "Cast", kAllTypes, on({"cpu", "ascend"}), nullptr},
-      {SeamOp::Add, "Add", kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr},
-      {SeamOp::Mul, "Mul", kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr},
-      {SeamOp::Gemm, "Gemm", kAllFloatTypes, kAll & ~on({"hygon"}), "float"},
-      {SeamOp::Relu, "Relu", kReluTypes, kCpuAndCudaLike, nullptr},
-      {SeamOp::Silu, "Silu", kAllFloatTypes, kCpuAndCudaLike, nullptr},
-      {SeamOp::RmsNorm, "RmsNorm", kAllFloatTypes, kAll & ~on({"ascend", "hygon"}), "float"},
-      {SeamOp::SiluAndMul, "SiluAndMul", kAllFloatTypes, kCpuAndCudaLike, nullptr},
-      {SeamOp::Swiglu, "Swiglu", kAllFloatTypes, kCpuAndCudaLike, nullptr},
-      {SeamOp::CausalSoftmax, "CausalSoftmax", kAllFloatTypes, kCpuAndCudaLike, "float"},
-      // A byte copy per element: every dtype of InfiniOps' size table.
-      {SeamOp::Cat, "Cat", kAllTypes, on({"cpu", "ascend"}), nullptr},
-  };
+  static const std::vector<Declaration> table = [] {
+    std::vector<Declaration> rows;
+#define TORCH_INFINI_DECLARATION(seam, name, infiniops, dtypes, device_types, computes_in) \
+  if (std::string_view(#infiniops) != "none")                                              \
+    rows.push_back(Declaration{SeamOp::seam, #infiniops, dtypes, device_types, computes_in});
+    TORCH_INFINI_SEAM_OPERATORS(TORCH_INFINI_DECLARATION)
+#undef TORCH_INFINI_DECLARATION
+    return rows;
+  }();
   return table;
 }
 
@@ -66,8 +60,8 @@ const Declaration* declarationOf(SeamOp op) {
 bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype) {
   const Declaration* d = declarationOf(op);
   if (d == nullptr || (d->dtypes & dtypeBit(dtype)) == 0) return false;
-  for (uint32_t i = 0; i < std::size(kDeviceTypeNames); ++i)
-    if (kDeviceTypeNames[i] == device_type) return (d->device_types >> i) & 1u;
+  for (uint32_t i = 0; i < std::size(runtime::kInfiniDeviceTypeNames); ++i)
+    if (runtime::kInfiniDeviceTypeNames[i] == device_type) return (d->device_types >> i) & 1u;
   return false;
 }
 

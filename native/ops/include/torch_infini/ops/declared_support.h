@@ -6,7 +6,8 @@
 // operator-call instantiations). The dtypes each operator's dispatch takes
 // and the device types with a native implementation are compile-time lists
 // inside its sources, not in the installed headers; so they are written down
-// here once, as a snapshot of the pinned commit. The host provider declares
+// once, in the seam's rows (seam_operators.h), as a snapshot of the pinned
+// commit. The host provider declares
 // exactly the snapshot's `cpu` column, so what is native in CI is what is
 // native on InfiniRT `cpu`; tests/python/test_declared_support.py runs every
 // declared pair (and refuses one undeclared pair per operator) on whichever
@@ -34,13 +35,12 @@ struct Declaration {
   SeamOp op;
   const char* infiniops;    // its operator class: "Gemm"
   DtypeMask dtypes;         // the dtype list its dispatch takes
-  uint32_t device_types;    // bit i: kDeviceTypeNames[i] has a native implementation
+  uint32_t device_types;    // bit i: runtime::kInfiniDeviceTypeNames[i] has a native implementation
   const char* computes_in;  // "float": float64 would lose precision; nullptr: the dtype itself
 };
 
-// InfiniRT's device types, in InfiniRT's enum order (the device type table).
-inline constexpr const auto& kDeviceTypeNames = runtime::kInfiniDeviceTypeNames;
-
+// The seam operators InfiniOps has (the rows of seam_operators.h naming a
+// class), with their InfiniOps columns.
 const std::vector<Declaration>& infiniOpsDeclarations();
 
 // The declaration of `op`, or nullptr where InfiniOps has no such operator

@@ -78,8 +78,10 @@ class KernelProvider {
                     const TensorRef* c, float alpha, float beta, runtime::StreamHandle stream) = 0;
   virtual bool gemmBias() const = 0;           // c accepted
   virtual bool gemmStridedOutput() const = 0;  // out of any strides accepted
-  virtual void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
-  virtual void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) = 0;
+  // out = f(x) for a unary seam operator `op` (isUnary(op), unary_operators.h);
+  // out and x of one shape, any strides.
+  virtual void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
+                     runtime::StreamHandle stream) = 0;
   // Normalizes over the last dimension; x and out are 2-D or 3-D.
   virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                        runtime::StreamHandle stream) = 0;

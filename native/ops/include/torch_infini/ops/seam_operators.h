@@ -1,17 +1,26 @@
 // The operators of the kernel seam: the one list. The SeamOp enum, opName(),
-// the InfiniOps provider's "is it instantiated" query and CMake's
+// what InfiniOps declares for each (seam/declared_support.cpp), the InfiniOps
+// provider's "is it instantiated" query and CMake's
 // TORCH_INFINI_OPS_HAS_<CLASS> definitions (cmake/TorchInfiniStack.cmake
 // parses the rows) are all derived from it.
 //
-// A row: X(enumerator, name, InfiniOps operator class or none). Keep each
-// row on one line starting with "  X(".
+// A row, on one line starting with "  X(":
+//   X(enumerator, name, InfiniOps class or none, dtypes, device types, computes in)
+// The last three are what the InfiniOps snapshot (docs/stack_versions.md)
+// declares for the class, written where the row is expanded
+// (seam/declared_support.cpp): the dtype list its CPU implementation's
+// DispatchFunc takes (the other device types are assumed to take the same
+// until a device run says otherwise), the device types with implementation
+// index 0 (src/native/<device>/ops/<op>/), and "float" where it computes in
+// float (float64 would lose precision) or nullptr where in the dtype itself.
+// Rows without an InfiniOps class leave them {}.
 //   Copy            same-dtype strided copy, dst and src of equal shape
 //   Cast            strided copy converting between dtypes (both supported)
 //   Fill            dst[...] = value
 //   Add             out = a + alpha * b; also out = x + alpha * scalar
 //   Mul             out = a * b; also out = x * scalar
 //   Gemm            out = alpha * a @ b, 2-D or batched 3-D
-//   Relu, Silu      out = max(x, 0); out = x * sigmoid(x)
+//   Relu, Silu      unary elementwise (unary_operators.h): out = f(x)
 //   RmsNorm         out = x / sqrt(mean(x^2, -1) + eps) * weight
 //   Random          a draw from the device generator's Philox stream (random/fill.h)
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
@@ -25,23 +34,23 @@
 #include <cstdint>
 
 // clang-format off
-#define TORCH_INFINI_SEAM_OPERATORS(X)              \
-  X(Copy, copy, Cast)                               \
-  X(Cast, cast, Cast)                               \
-  X(Fill, fill, none)                               \
-  X(Add, add, Add)                                  \
-  X(Mul, mul, Mul)                                  \
-  X(Gemm, gemm, Gemm)                               \
-  X(Relu, relu, Relu)                               \
-  X(Silu, silu, Silu)                               \
-  X(RmsNorm, rms_norm, RmsNorm)                     \
-  X(Random, random, none)                           \
-  X(SiluAndMul, silu_and_mul, SiluAndMul)           \
-  X(Swiglu, swiglu, Swiglu)                         \
-  X(CausalSoftmax, causal_softmax, CausalSoftmax)   \
-  X(Cat, cat, Cat)                                  \
-  X(AmpUnscale, amp_unscale, none)                  \
-  X(AmpUpdateScale, amp_update_scale, none)
+#define TORCH_INFINI_SEAM_OPERATORS(X) \
+  X(Copy, copy, Cast, kAllTypes, on({"cpu", "ascend"}), nullptr) \
+  X(Cast, cast, Cast, kAllTypes, on({"cpu", "ascend"}), nullptr) \
+  X(Fill, fill, none, {}, {}, {}) \
+  X(Add, add, Add, kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr) \
+  X(Mul, mul, Mul, kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr) \
+  X(Gemm, gemm, Gemm, kAllFloatTypes, kAll & ~on({"hygon"}), "float") \
+  X(Relu, relu, Relu, kReluTypes, kCpuAndCudaLike, nullptr) \
+  X(Silu, silu, Silu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
+  X(RmsNorm, rms_norm, RmsNorm, kAllFloatTypes, kAll & ~on({"ascend", "hygon"}), "float") \
+  X(Random, random, none, {}, {}, {}) \
+  X(SiluAndMul, silu_and_mul, SiluAndMul, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
+  X(Swiglu, swiglu, Swiglu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
+  X(CausalSoftmax, causal_softmax, CausalSoftmax, kAllFloatTypes, kCpuAndCudaLike, "float") \
+  X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
+  X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
+  X(AmpUpdateScale, amp_update_scale, none, {}, {}, {})
 // clang-format on
 
 namespace torch_infini::ops {
@@ -49,7 +58,7 @@ namespace torch_infini::ops {
 // An operator of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.
 enum class SeamOp : uint8_t {
-#define TORCH_INFINI_SEAM_ENUMERATOR(enumerator, name, infiniops) enumerator,
+#define TORCH_INFINI_SEAM_ENUMERATOR(enumerator, name, ...) enumerator,
   TORCH_INFINI_SEAM_OPERATORS(TORCH_INFINI_SEAM_ENUMERATOR)
 #undef TORCH_INFINI_SEAM_ENUMERATOR
       kCount
@@ -58,8 +67,8 @@ enum class SeamOp : uint8_t {
 // "add", "rms_norm", ...: the row's name.
 constexpr const char* opName(SeamOp op) {
   switch (op) {
-#define TORCH_INFINI_SEAM_NAME(enumerator, name, infiniops) \
-  case SeamOp::enumerator:                                  \
+#define TORCH_INFINI_SEAM_NAME(enumerator, name, ...) \
+  case SeamOp::enumerator:                            \
     return #name;
     TORCH_INFINI_SEAM_OPERATORS(TORCH_INFINI_SEAM_NAME)
 #undef TORCH_INFINI_SEAM_NAME

@@ -1,29 +1,29 @@
 #include "providers/host/host_provider.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
 #include <ATen/ops/cat_cpu_dispatch.h>
-#include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/fill_cpu_dispatch.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
-#include <ATen/ops/silu_cpu_dispatch.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
 
-#include "fused/reference.h"
 #include "random/dtypes.h"
 #include "random/fill.h"
 #include "torch_infini/ops/declared_support.h"
+#include "torch_infini/ops/unary_operators.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -36,6 +36,15 @@ namespace {
 // the geometry: a model's loop runs its kernels over a few dozen
 // geometries, and repointing a tensor of the right geometry is a store,
 // while a new geometry recomputes the tensor's contiguity and storage size.
+// torch.ops.infini.<name>, to call its CPU kernel (redispatch(kCpuKernel, ...)).
+template <class Signature>
+c10::TypedOperatorHandle<Signature> fusedOperator(const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string("infini::") + name).c_str(), "")
+      .typed<Signature>();
+}
+constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
+
 class Aliases {
  public:
   // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
@@ -350,26 +359,28 @@ class HostKernels final : public KernelProvider {
   // transposed, not through a row-major temporary): so does host.
   bool gemmStridedOutput() const override { return true; }
 
-  void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          at::cpu::clamp_min_out(o, al(x_ref, 1), 0);
-        },
-        out, x);
-  }
-
-  void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          at::cpu::silu_out(o, al(x_ref, 1));
-        },
-        out, x);
+  // The row's CPU expression (unary_operators.h) on aliases `out` and `x`.
+  void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
+             runtime::StreamHandle stream) override {
+    switch (op) {
+#define TORCH_INFINI_HOST_UNARY(name, seam, resize, ...)       \
+  case SeamOp::seam:                                           \
+    submit(                                                    \
+        stream,                                                \
+        [](const TensorRef& out_ref, const TensorRef& x_ref) { \
+          Aliases& al = threadAliases();                       \
+          at::Tensor out = al(out_ref, 0);                     \
+          const at::Tensor& x = al(x_ref, 1);                  \
+          __VA_ARGS__;                                         \
+        },                                                     \
+        out, x);                                               \
+    return;
+      TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_HOST_UNARY)
+#undef TORCH_INFINI_HOST_UNARY
+      default:
+        break;
+    }
+    TORCH_CHECK(false, "host provider: ", opName(op), " is not a unary seam operator");
   }
 
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
@@ -386,14 +397,16 @@ class HostKernels final : public KernelProvider {
         out, x, weight);
   }
 
-  // The fused operators' CPU reference, run on the device memory.
+  // The fused operators' CPU kernels (their reference), run on the device
+  // memory.
   void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           Aliases& al = threadAliases();
           at::Tensor o = al(o_ref, 0);
-          at::native::copy_(o, siluAndMulReference(al(x_ref, 1)));
+          static const auto op = fusedOperator<at::Tensor(const at::Tensor&)>("silu_and_mul");
+          at::native::copy_(o, op.redispatch(kCpuKernel, al(x_ref, 1)));
         },
         out, x);
   }
@@ -405,7 +418,9 @@ class HostKernels final : public KernelProvider {
         [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
           Aliases& al = threadAliases();
           at::Tensor o = al(o_ref, 0);
-          at::native::copy_(o, swigluReference(al(i_ref, 1), al(g_ref, 2)));
+          static const auto op =
+              fusedOperator<at::Tensor(const at::Tensor&, const at::Tensor&)>("swiglu");
+          at::native::copy_(o, op.redispatch(kCpuKernel, al(i_ref, 1), al(g_ref, 2)));
         },
         out, input, gate);
   }
@@ -417,7 +432,8 @@ class HostKernels final : public KernelProvider {
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           Aliases& al = threadAliases();
           at::Tensor o = al(o_ref, 0);
-          at::native::copy_(o, causalSoftmaxReference(al(x_ref, 1)));
+          static const auto op = fusedOperator<at::Tensor(const at::Tensor&)>("causal_softmax");
+          at::native::copy_(o, op.redispatch(kCpuKernel, al(x_ref, 1)));
         },
         out, x);
   }

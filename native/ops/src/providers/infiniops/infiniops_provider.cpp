@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "torch_infini/ops/declared_support.h"
+#include "torch_infini/ops/unary_operators.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -61,9 +62,9 @@ std::optional<DataType> toInfini(c10::ScalarType dtype) {
 
 // Implementation index 0 (what this provider calls) of `Class` is in the
 // installed library for device type `type`. An InfiniOps that exports which
-// implementations its build selected (its ops.json, at a38977e-era heads)
-// is asked; the pinned one selects whole operators only, so an instantiated
-// operator has all of its implementations.
+// implementations its build selected (its ops.json, at the InfiniOps heads:
+// docs/stack_versions.md) is asked; the pinned one selects whole operators
+// only, so an instantiated operator has all of its implementations.
 template <class Class>
 bool slotZeroActive([[maybe_unused]] DeviceType type) {
 #if TORCH_INFINI_OPS_HAS_ACTIVE_IMPLEMENTATIONS
@@ -97,6 +98,18 @@ bool instantiated(SeamOp op, DeviceType type) {
       return false;
   }
 #pragma GCC diagnostic pop
+}
+
+// Class::Call(handle, config, x, out) where `kOp` is a unary seam operator
+// (unary_operators.h); false for the others (their call is not compiled).
+template <SeamOp kOp, class Class, class Handle, class Config, class View>
+bool callUnary(const Handle& handle, const Config& config, const View& x, const View& out) {
+  if constexpr (isUnary(kOp)) {
+    Class::Call(handle, config, x, out);
+    return true;
+  } else {
+    return false;
+  }
 }
 
 class InfiniOpsKernels final : public KernelProvider {
@@ -201,22 +214,27 @@ class InfiniOpsKernels final : public KernelProvider {
   bool gemmBias() const override { return false; }
   bool gemmStridedOutput() const override { return false; }
 
-  void relu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
+  void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
+             runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_RELU
-    infini::ops::Relu::Call(handle(out, stream), config_, view(x), view(out));
-#else
-    unavailable("relu");
-#endif
-  }
-
-  void silu(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_SILU
-    infini::ops::Silu::Call(handle(out, stream), config_, view(x), view(out));
-#else
-    unavailable("silu");
-#endif
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu
+    switch (op) {
+// The instantiated classes (CMake's list from seam_operators.h); only the
+// unary rows call.
+#define TORCH_INFINI_INSTANTIATED(seam, infiniops_class)                                    \
+  case SeamOp::seam:                                                                        \
+    if (callUnary<SeamOp::seam, infini::ops::infiniops_class>(handle(out, stream), config_, \
+                                                              view(x), view(out)))          \
+      return;                                                                               \
+    break;
+#include "infiniops_instantiated.inc"
+#undef TORCH_INFINI_INSTANTIATED
+      default:
+        break;
+    }
+#pragma GCC diagnostic pop
+    unavailable(opName(op));
   }
 
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
@@ -257,7 +275,8 @@ class InfiniOpsKernels final : public KernelProvider {
                      runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX
-    // Deprecated at InfiniOps 1f6f9c23 (no open-source-aligned successor yet).
+    // Deprecated at the InfiniOps heads (docs/stack_versions.md), with no open-source-aligned
+    // successor yet.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
     infini::ops::CausalSoftmax::Call(handle(out, stream), config_, view(x), view(out));

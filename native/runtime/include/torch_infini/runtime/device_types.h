@@ -27,10 +27,11 @@
   X(thead,     Thead,     true,  false, false, false, false, false, false, 0)   \
   X(mars,      Mars,      true,  true,  true,  true,  true,  true,  false, 0x2)
 // clang-format on
-// thead (a38977e): T-Head PPU, a CUDA-compatible runtime without a row in
-// backends.md, so nothing optional is assumed (synchronous copies, no events,
-// no pinned or stream-ordered memory). mars (a38977e): as MetaX, whose hc
-// runtime's DisableTiming flag (0x2) it shares.
+// thead and mars are in the InfiniRT heads' enum, not the pinned one's
+// (docs/stack_versions.md). thead: T-Head PPU, a CUDA-compatible runtime
+// without a row in backends.md, so nothing optional is assumed (synchronous
+// copies, no events, no pinned or stream-ordered memory). mars: as MetaX,
+// whose hc runtime's DisableTiming flag (0x2) it shares.
 
 #include <array>
 #include <string_view>

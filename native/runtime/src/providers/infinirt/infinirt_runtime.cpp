@@ -33,7 +33,7 @@ void checkPolicyOrder() {
                 " is '", infinirt, "', but torch-infini's capability table has '",
                 kInfiniPolicies[i].name,
                 "' there: this InfiniRT orders its device types differently from the tested "
-                "releases (95c70080, a38977e)");
+                "releases (torch-infini's docs/stack_versions.md)");
   }
 }
 

@@ -24,8 +24,9 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}" CCACHE_NOHASHDIR="${CCACHE_NOH
 
 step "build once: the wheel, installed; its build tree has the C++ tests (${BUILD_DIR})"
 rm -rf "${BUILD_DIR}"
+# -v: the compile's progress in the log (the longest step of a cold run).
 CMAKE_BUILD_PARALLEL_LEVEL="${JOBS}" "$PYTHON" -m pip install --disable-pip-version-check \
-  --no-build-isolation --no-deps -q -C build-dir="${BUILD_DIR}" \
+  --no-build-isolation --no-deps -v -C build-dir="${BUILD_DIR}" \
   -C cmake.define.TORCH_INFINI_BUILD_TESTS=ON .
 step "C++: ctest (${BUILD_DIR})"
 ctest --test-dir "${BUILD_DIR}" --output-on-failure

@@ -73,6 +73,7 @@ set(_ti_device_table "${CMAKE_CURRENT_LIST_DIR}/../native/runtime/include/torch_
 # (Read whole and matched, not by lines: the rows end in backslashes, which
 # would escape CMake's list separators.)
 file(READ "${_ti_device_table}" _ti_table)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_ti_device_table}")
 string(REGEX MATCHALL "\n  X\\([a-z]+, +[A-Za-z]+," _ti_rows "${_ti_table}")
 set(_ti_known_types "")
 foreach(_row IN LISTS _ti_rows)

@@ -75,6 +75,8 @@ function(torch_infini_ops_definitions target seam_list)
   # Read whole and matched: the rows end in backslashes, which would escape
   # CMake's list separators.
   file(READ "${seam_list}" _text)
+  # An edited row reconfigures (the defines and the generated list follow it).
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${seam_list}")
   string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+," _rows "${_text}")
   set(_classes "")
   set(_instantiated "")

@@ -150,7 +150,8 @@ def build() -> dict[str, Any]:
 def _by_backend(operators: list[dict[str, Any]]) -> dict[str, Any]:
     """Per seam operator and backend: the dtypes served natively and those
     refused (with the reason), from InfiniOps' declarations
-    (native/ops/src/declared_support.cpp); every other dtype and every
+    (native/ops/include/torch_infini/ops/seam_operators.h, refusals in
+    native/ops/src/seam/declared_support.cpp); every other dtype and every
     backend without the operator runs in the CPU fallback."""
     import torch
     import torch_infini
@@ -279,7 +280,8 @@ def render_markdown(data: dict[str, Any]) -> str:
         [
             "## native, fallback, refused: per operator and backend",
             "",
-            "From InfiniOps' declarations (`native/ops/src/declared_support.cpp`): the dtypes "
+            "From InfiniOps' declarations "
+            "(`native/ops/include/torch_infini/ops/seam_operators.h`): the dtypes "
             "each backend serves natively, and those InfiniOps declares but torch-infini "
             "refuses (struck through; the reasons are in the JSON report). Every other dtype, "
             "and every backend shown as –, runs in the CPU fallback under its policy. `host` "

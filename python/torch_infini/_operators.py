@@ -76,7 +76,9 @@ def supported_dtypes(name: str) -> tuple[torch.dtype, ...]:
 @dataclass(frozen=True)
 class Declaration:
     """One (seam operator, device type, dtype) InfiniOps declares, and what
-    torch-infini makes of it (native/ops/src/declared_support.cpp)."""
+    torch-infini makes of it (the seam's rows in
+    native/ops/include/torch_infini/ops/seam_operators.h, less the refusals of
+    native/ops/src/seam/declared_support.cpp)."""
 
     op: str  # seam operator: "gemm"
     infiniops: str  # InfiniOps' operator class: "Gemm"

@@ -275,10 +275,9 @@ def __getattr__(name: str) -> Any:
     # add a docstring, defaults or an out-of-place form where one helps, and
     # an operator without one is served as its torch.ops.infini packet.
     if not name.startswith("_"):
-        try:
-            return getattr(torch.ops.infini, name)
-        except AttributeError:
-            pass
+        operator = getattr(torch.ops.infini, name, None)
+        if isinstance(operator, torch._ops.OpOverloadPacket):
+            return operator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -150,7 +150,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # instead of rounding to nearest even (1.00146484 -> 0x3c01 where PyTorch gives
 # 0x3c02; 65520 -> 65504 where PyTorch gives inf). So on that device type the
 # InfiniOps provider deliberately offers no float16 for the kernels that compute
-# in float and write float16 (native/ops/src/declared_support.cpp, ``refusal``):
+# in float and write float16 (native/ops/src/seam/declared_support.cpp, ``refusal``):
 # they would return silently wrong values, and refuse instead. relu, cat and
 # same-dtype copies return input values unchanged and keep float16; casts
 # to/from float16 are staged through the CPU (test_copy.py).

@@ -1,8 +1,9 @@
 """What is declared native is what runs natively, on the selected backend.
 
-native/ops/src/declared_support.cpp holds, in one place, which (operator,
-dtype) pairs InfiniOps declares per device type and which of them
-torch-infini refuses. Here, on whichever backend the suite runs:
+native/ops/include/torch_infini/ops/seam_operators.h holds, in one row per
+operator, which dtypes InfiniOps declares on which device types, and
+native/ops/src/seam/declared_support.cpp which of them torch-infini refuses.
+Here, on whichever backend the suite runs:
 
 * the dtypes the operator table reports are exactly the declared, unrefused
   ones for the backend's device type (host: InfiniOps' ``cpu`` column);

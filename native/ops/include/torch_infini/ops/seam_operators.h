@@ -26,7 +26,8 @@
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
 //   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
 //   CausalSoftmax   softmax over the causal prefix of each row (torch.ops.infini)
-//   Cat             the inputs one after another along a dimension
+//   Cat             the inputs one after another along a dimension (a byte copy
+//                   per element: every dtype of InfiniOps' size table)
 //   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
 //   AmpUpdateScale  GradScaler: the scale backed off or grown from found_inf
 #pragma once

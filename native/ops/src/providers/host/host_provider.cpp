@@ -28,14 +28,6 @@
 namespace torch_infini::ops {
 namespace {
 
-// CPU tensors aliasing device views (host device memory is host memory);
-// they neither own nor free it. Every kernel needs a few, so each thread
-// that runs kernels (the caller inline, a stream worker in async mode) keeps
-// its own and repoints them per call instead of allocating new tensors.
-// Each slot keeps one per geometry, in a small table indexed by a hash of
-// the geometry: a model's loop runs its kernels over a few dozen
-// geometries, and repointing a tensor of the right geometry is a store,
-// while a new geometry recomputes the tensor's contiguity and storage size.
 // torch.ops.infini.<name>, to call its CPU kernel (redispatch(kCpuKernel, ...)).
 template <class Signature>
 c10::TypedOperatorHandle<Signature> fusedOperator(const char* name) {
@@ -45,6 +37,14 @@ c10::TypedOperatorHandle<Signature> fusedOperator(const char* name) {
 }
 constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
 
+// CPU tensors aliasing device views (host device memory is host memory);
+// they neither own nor free it. Every kernel needs a few, so each thread
+// that runs kernels (the caller inline, a stream worker in async mode) keeps
+// its own and repoints them per call instead of allocating new tensors.
+// Each slot keeps one per geometry, in a small table indexed by a hash of
+// the geometry: a model's loop runs its kernels over a few dozen
+// geometries, and repointing a tensor of the right geometry is a store,
+// while a new geometry recomputes the tensor's contiguity and storage size.
 class Aliases {
  public:
   // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next

@@ -60,11 +60,16 @@ def engine() -> str:
     return "gloo"
 
 
+# Whether this process made an "infini" backend (read at exit: _exit.py).
+_made_a_backend = False
+
+
 def _create_backend(
     backend_options: Any, _process_group_options: Any
 ) -> torch._C._distributed_c10d.Backend:
     """c10d's creator for ``"infini"`` (extended API): one backend of one
     group, given the group's store, rank, size and timeout."""
+    global _made_a_backend
     if not dist.is_gloo_available():
         raise RuntimeError(
             "ProcessGroup backend 'infini' needs gloo (its CPU engine), and this PyTorch "
@@ -81,6 +86,7 @@ def _create_backend(
         dist.PrefixStore("infini-ccl", backend_options.store) if engine() == "infiniccl" else None
     )
     timeout_ms = int(timeout.total_seconds() * 1000)
+    _made_a_backend = True
     return _C._dist_backend(gloo, rank, size, infiniccl_store, timeout_ms)
 
 

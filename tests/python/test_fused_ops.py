@@ -479,8 +479,9 @@ def test_torch_infini_ops_serves_every_fused_operator(monkeypatch: pytest.Monkey
     for qualified in _infini_operators():
         name = qualified.split("::")[1]
         assert name in dir(torch_infini.ops)
-        # Without a Python wrapper, the operator itself.
+        # Without a Python wrapper, the operator itself, listed all the same.
         monkeypatch.delattr(torch_infini.ops, name, raising=False)
+        assert name in dir(torch_infini.ops)
         assert getattr(torch_infini.ops, name) is getattr(torch.ops.infini, name)
     with pytest.raises(AttributeError, match="no attribute 'not_an_operator'"):
         torch_infini.ops.not_an_operator  # noqa: B018

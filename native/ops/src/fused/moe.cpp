@@ -96,9 +96,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_meta(
           at::empty({gating.size(0), topk}, options.dtype(at::kInt))};
 }
 
-using TopkSoftmaxSchema = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-    const at::Tensor&, int64_t, bool, const std::optional<at::Tensor>&,
-    const std::optional<at::Tensor>&);
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_autograd(
+    const at::Tensor& gating, int64_t topk, bool renormalize, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& is_padding);
+
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct TopkSoftmax {
+  static constexpr const char* name = "infini::topk_softmax";
+  static constexpr auto cpu = &topk_softmax_cpu;
+  static constexpr auto meta = &topk_softmax_meta;
+  static constexpr auto autograd = &topk_softmax_autograd;
+};
+
+// ---- autograd --------------------------------------------------------------------------
 
 class TopkSoftmaxFunction : public torch::autograd::Function<TopkSoftmaxFunction> {
  public:
@@ -107,10 +120,8 @@ class TopkSoftmaxFunction : public torch::autograd::Function<TopkSoftmaxFunction
                                                 bool renormalize,
                                                 const std::optional<at::Tensor>& bias,
                                                 const std::optional<at::Tensor>& is_padding) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow(kName, "").typed<TopkSoftmaxSchema>();
-    auto [weights, indices, token_expert] = op.call(gating, topk, renormalize, bias, is_padding);
+    auto [weights, indices, token_expert] =
+        callBelowAutograd<TopkSoftmax>(gating, topk, renormalize, bias, is_padding);
     ctx->save_for_backward({gating, weights, indices, bias.has_value() ? *bias : at::Tensor()});
     ctx->saved_data["renormalize"] = renormalize;
     ctx->mark_non_differentiable({indices, token_expert});
@@ -162,15 +173,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_autograd(
   auto out = TopkSoftmaxFunction::apply(gating, topk, renormalize, bias, is_padding);
   return {out[0], out[1], out[2]};
 }
-
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
-
-struct TopkSoftmax {
-  static constexpr const char* name = "infini::topk_softmax";
-  static constexpr auto cpu = &topk_softmax_cpu;
-  static constexpr auto meta = &topk_softmax_meta;
-  static constexpr auto autograd = &topk_softmax_autograd;
-};
 
 }  // namespace
 

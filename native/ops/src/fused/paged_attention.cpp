@@ -179,47 +179,15 @@ at::Tensor paged_attention_meta(const at::Tensor& query, const at::Tensor& key_c
   return at::empty_like(query, at::MemoryFormat::Contiguous);
 }
 
-bool requiresGrad(std::initializer_list<const at::Tensor*> tensors) {
-  if (!at::GradMode::is_enabled()) return false;
-  for (const at::Tensor* t : tensors)
-    if (t->defined() && t->requires_grad()) return true;
-  return false;
-}
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
 
 void reshape_and_cache_flash_autograd(const at::Tensor& key, const at::Tensor& value,
                                       at::Tensor& key_cache, at::Tensor& value_cache,
-                                      const at::Tensor& slot_mapping) {
-  TORCH_CHECK(!requiresGrad({&key, &value, &key_cache, &value_cache}), kCache,
-              " writes a KV cache in place for inference and has no derivative");
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow(kCache, "")
-                               .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&,
-                                           at::Tensor&, const at::Tensor&)>();
-    op.call(key, value, key_cache, value_cache, slot_mapping);
-  }
-  bumpVersion(key_cache);
-  bumpVersion(value_cache);
-}
-
+                                      const at::Tensor& slot_mapping);
 at::Tensor paged_attention_autograd(const at::Tensor& query, const at::Tensor& key_cache,
                                     const at::Tensor& value_cache, const at::Tensor& block_tables,
                                     const at::Tensor& seq_lens, double scale,
-                                    const std::optional<at::Tensor>& alibi_slopes) {
-  const at::Tensor alibi = alibi_slopes.has_value() ? *alibi_slopes : at::Tensor();
-  TORCH_CHECK(!requiresGrad({&query, &key_cache, &value_cache, &alibi}), kAttention,
-              " is a decode (inference) kernel and has no derivative; for training use "
-              "torch.nn.functional.scaled_dot_product_attention");
-  at::AutoDispatchBelowADInplaceOrView guard;
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow(kAttention, "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, double,
-                            const std::optional<at::Tensor>&)>();
-  return op.call(query, key_cache, value_cache, block_tables, seq_lens, scale, alibi_slopes);
-}
+                                    const std::optional<at::Tensor>& alibi_slopes);
 
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
@@ -235,6 +203,37 @@ struct PagedAttention {
   static constexpr auto meta = &paged_attention_meta;
   static constexpr auto autograd = &paged_attention_autograd;
 };
+
+// ---- autograd --------------------------------------------------------------------------
+
+bool requiresGrad(std::initializer_list<const at::Tensor*> tensors) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor* t : tensors)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void reshape_and_cache_flash_autograd(const at::Tensor& key, const at::Tensor& value,
+                                      at::Tensor& key_cache, at::Tensor& value_cache,
+                                      const at::Tensor& slot_mapping) {
+  TORCH_CHECK(!requiresGrad({&key, &value, &key_cache, &value_cache}), kCache,
+              " writes a KV cache in place for inference and has no derivative");
+  callBelowAutograd<ReshapeAndCacheFlash>(key, value, key_cache, value_cache, slot_mapping);
+  bumpVersion(key_cache);
+  bumpVersion(value_cache);
+}
+
+at::Tensor paged_attention_autograd(const at::Tensor& query, const at::Tensor& key_cache,
+                                    const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                    const at::Tensor& seq_lens, double scale,
+                                    const std::optional<at::Tensor>& alibi_slopes) {
+  const at::Tensor alibi = alibi_slopes.has_value() ? *alibi_slopes : at::Tensor();
+  TORCH_CHECK(!requiresGrad({&query, &key_cache, &value_cache, &alibi}), kAttention,
+              " is a decode (inference) kernel and has no derivative; for training use "
+              "torch.nn.functional.scaled_dot_product_attention");
+  return callBelowAutograd<PagedAttention>(query, key_cache, value_cache, block_tables, seq_lens,
+                                           scale, alibi_slopes);
+}
 
 }  // namespace
 

@@ -70,8 +70,32 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_meta(const at::Tensor& input,
   return {at::empty(input.sizes(), input.options()), at::empty(input.sizes(), input.options())};
 }
 
-using AddRmsNormSchema = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                            const at::Tensor&, double);
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,
+                            const std::optional<at::Tensor>& weight, double eps);
+void fused_add_rms_norm_meta(at::Tensor& input, at::Tensor& residual,
+                             const std::optional<at::Tensor>& weight, double eps);
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_autograd(const at::Tensor& input,
+                                                         const at::Tensor& residual,
+                                                         const at::Tensor& weight, double eps);
+void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
+                                 const std::optional<at::Tensor>& weight, double eps);
+
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+struct AddRmsNorm {
+  static constexpr const char* name = "infini::add_rms_norm";
+  static constexpr auto cpu = &add_rms_norm_cpu;
+  static constexpr auto meta = &add_rms_norm_meta;
+  static constexpr auto autograd = &add_rms_norm_autograd;
+};
+struct FusedAddRmsNorm {
+  static constexpr const char* name = "infini::fused_add_rms_norm";
+  static constexpr auto cpu = &fused_add_rms_norm_cpu;
+  static constexpr auto meta = &fused_add_rms_norm_meta;
+  static constexpr auto autograd = &fused_add_rms_norm_autograd;
+};
 
 // d/dx of y = w * x * r, r = (mean(x^2) + eps)^-1/2 over the last dimension:
 // r * (g * w) - x * r^3 * mean(g * w * x); d/dw = sum over rows of g * x * r.
@@ -80,11 +104,7 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& input, const at::Tensor& residual,
                                                 const at::Tensor& weight, double eps) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("infini::add_rms_norm", "")
-                               .typed<AddRmsNormSchema>();
-    auto [out, residual_out] = op.call(input, residual, weight, eps);
+    auto [out, residual_out] = callBelowAutograd<AddRmsNorm>(input, residual, weight, eps);
     ctx->save_for_backward({residual_out, weight});
     ctx->saved_data["eps"] = eps;
     return {out, residual_out};
@@ -148,32 +168,10 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
               "infini::fused_add_rms_norm overwrites input and residual in place and has no "
               "derivative; for training use infini::add_rms_norm "
               "(torch_infini.ops.add_rms_norm), which returns both results and differentiates");
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("infini::fused_add_rms_norm", "")
-            .typed<void(at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, double)>();
-    op.call(input, residual, weight, eps);
-  }
+  callBelowAutograd<FusedAddRmsNorm>(input, residual, weight, eps);
   bumpVersion(input);
   bumpVersion(residual);
 }
-
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
-
-struct AddRmsNorm {
-  static constexpr const char* name = "infini::add_rms_norm";
-  static constexpr auto cpu = &add_rms_norm_cpu;
-  static constexpr auto meta = &add_rms_norm_meta;
-  static constexpr auto autograd = &add_rms_norm_autograd;
-};
-struct FusedAddRmsNorm {
-  static constexpr const char* name = "infini::fused_add_rms_norm";
-  static constexpr auto cpu = &fused_add_rms_norm_cpu;
-  static constexpr auto meta = &fused_add_rms_norm_meta;
-  static constexpr auto autograd = &fused_add_rms_norm_autograd;
-};
 
 }  // namespace
 

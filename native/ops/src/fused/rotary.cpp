@@ -125,6 +125,21 @@ void rotary_embedding_meta(const at::Tensor& positions, at::Tensor& query,
   checkRotary(positions, query, key, head_size, cache, offset);
 }
 
+// ---- the operators (schemas: library.cpp) ----------------------------------------------
+
+void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
+                               const std::optional<at::Tensor>& key, int64_t head_size,
+                               const at::Tensor& cache, bool is_neox, int64_t offset, bool inverse);
+
+struct RotaryEmbedding {
+  static constexpr const char* name = "infini::rotary_embedding";
+  static constexpr auto cpu = &rotary_embedding_cpu;
+  static constexpr auto meta = &rotary_embedding_meta;
+  static constexpr auto autograd = &rotary_embedding_autograd;
+};
+
+// ---- autograd --------------------------------------------------------------------------
+
 void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
                                const std::optional<at::Tensor>& key, int64_t head_size,
                                const at::Tensor& cache, bool is_neox, int64_t offset,
@@ -137,27 +152,11 @@ void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
       " rotates query and key in place and has no derivative; for training use "
       "torch_infini.ops.apply_rotary_embedding, which returns new tensors and "
       "differentiates");
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow(kName, "")
-            .typed<void(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, int64_t,
-                        const at::Tensor&, bool, int64_t, bool)>();
-    op.call(positions, query, key, head_size, cache, is_neox, offset, inverse);
-  }
+  callBelowAutograd<RotaryEmbedding>(positions, query, key, head_size, cache, is_neox, offset,
+                                     inverse);
   bumpVersion(query);
   if (has_key) bumpVersion(*key);
 }
-
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
-
-struct RotaryEmbedding {
-  static constexpr const char* name = "infini::rotary_embedding";
-  static constexpr auto cpu = &rotary_embedding_cpu;
-  static constexpr auto meta = &rotary_embedding_meta;
-  static constexpr auto autograd = &rotary_embedding_autograd;
-};
 
 }  // namespace
 

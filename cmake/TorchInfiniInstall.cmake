@@ -8,6 +8,7 @@ install(DIRECTORY
     "${PROJECT_SOURCE_DIR}/native/runtime/include/"
     "${PROJECT_SOURCE_DIR}/native/ops/include/"
     "${PROJECT_SOURCE_DIR}/native/distributed/include/"
+    "${PROJECT_SOURCE_DIR}/native/compiler/include/"
   DESTINATION "${TORCH_INFINI_INSTALL_INCLUDEDIR}"
   FILES_MATCHING PATTERN "*.h")
 install(EXPORT TorchInfiniTargets

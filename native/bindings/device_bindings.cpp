@@ -14,6 +14,7 @@
 
 #include "bindings.h"
 #include "torch_infini/runtime/backend_selection.h"
+#include "torch_infini/runtime/host_runtime.h"
 #include "torch_infini/runtime/stream.h"
 #include "torch_infini/torch_infini.h"
 
@@ -55,6 +56,13 @@ c10::Stream fromIds(int64_t stream_id, int64_t device) {
 void bindDevices(nb::module_& m) {
   // Devices.
   m.def("_device_count", &torch_infini::deviceCount);
+  // The host device's count of waits for queued work (tests).
+  m.def("_host_synchronizations", [] {
+    auto* host = dynamic_cast<torch_infini::runtime::HostRuntime*>(
+        &torch_infini::runtime::selectedRuntime());
+    TORCH_CHECK(host != nullptr, "_host_synchronizations: the selected backend is not host");
+    return host->synchronizations();
+  });
   m.def("_current_device", &torch_infini::currentDevice);
   m.def(
       "_set_device", [](int64_t device) { torch_infini::setCurrentDevice(deviceArg(device)); },

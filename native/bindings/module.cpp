@@ -45,4 +45,5 @@ NB_MODULE(_C, m) {
   bindings::bindMemory(m);
   bindings::bindRandom(m);
   bindings::bindDevices(m);
+  bindings::bindCompiler(m);
 }

@@ -1,13 +1,15 @@
-"""torch.compile's default backend (Inductor) on infini.
+"""torch.compile's default backend (Inductor) on infini, through the
+device type's compiler plug-in (torch_infini/_compiler.py).
 
 Where device memory is host memory (``host``, InfiniRT ``cpu``) Inductor's
 C++ CPU code generation serves infini: its kernels read and write device
 memory through plain pointers, buffers come from the infini caching
 allocator (``empty_strided(..., device="infini")``), and operators Inductor
 does not compile run as ATen calls on infini (natively or in the CPU
-fallback). Stream order: a generated kernel runs on the calling thread, so
-the wrapper first waits for the current stream (work enqueued before it,
-extern kernels included); what it writes is complete when it returns.
+fallback). Each generated kernel goes to the plug-in: its compiler builds
+it, its runtime loads it, and a call queues it on the current infini stream
+in stream order, behind the work before it (extern kernels included), with
+no synchronization.
 
 Inductor finds this through PyTorch's hook for out-of-tree devices: it asks
 the device module (``torch.infini``) for ``Scheduling``,
@@ -31,10 +33,12 @@ from torch._dynamo.device_interface import (
     DeviceInterface,
     register_interface_for_device,
 )
+from torch._inductor import config as inductor_config
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # noqa: F401  (the CPU's, as is)
+from torch._inductor.utils import IndentedBuffer, Placeholder, get_fused_kernel_name
 from torch._inductor.virtualized import V
 
 from . import _patches
@@ -67,8 +71,15 @@ class InfiniDeviceOpOverrides(_common.DeviceOpOverrides):
 
 
 class _CallsCppKernelsOnInfini:
-    """Calls Inductor's C++ kernels for infini buffers, after the current
-    stream's pending work (the base class knows "cpu" only)."""
+    """Queues Inductor's C++ kernels for infini buffers on the current
+    infini stream through the compiler plug-in (the base class knows "cpu"
+    only)."""
+
+    def write_header(self) -> None:
+        super().write_header()  # type: ignore[misc]
+        self.imports.writeline(  # type: ignore[attr-defined]
+            "from torch_infini import _compiler as infini_compiler"
+        )
 
     def _generate_kernel_call_helper(
         self,
@@ -81,9 +92,9 @@ class _CallsCppKernelsOnInfini:
     ) -> None:
         device = device or V.graph.get_current_device_or_throw()
         if not triton and device.type == DEVICE:
-            index = device.index if device.index is not None else "None"
-            self.writeline(f"torch.infini.current_stream({index}).synchronize()")  # type: ignore[attr-defined]
-            self.writeline(self.wrap_kernel_call(kernel_name, call_args))  # type: ignore[attr-defined]
+            index = device.index if device.index is not None else -1
+            args = ", ".join([str(index), *map(str, call_args)])
+            self.writeline(f"{kernel_name}.launch({args})")  # type: ignore[attr-defined]
             return
         super()._generate_kernel_call_helper(  # type: ignore[misc]
             kernel_name, call_args, device=device, triton=triton, **kw
@@ -179,4 +190,37 @@ _common.register_device_op_overrides(DEVICE, InfiniDeviceOpOverrides())
 register_interface_for_device(DEVICE, InfiniInterface)
 _patches.apply_to_inductor()
 
-Scheduling = CppScheduling
+
+class InfiniScheduling(CppScheduling):
+    """Inductor's C++ scheduling, its kernels defined through the compiler
+    plug-in (``infini_compiler.cpp_kernel``) instead of Python bindings."""
+
+    def define_kernel(self, src_code: str, nodes: Any, kernel_args: Any = None) -> str:
+        wrapper = V.graph.wrapper_code
+        # Kept apart from identical CPU-device kernels of the same graph.
+        dedup_key = f"// infini\n{src_code}"
+        if dedup_key in wrapper.src_to_kernel:
+            return wrapper.src_to_kernel[dedup_key]
+        fused_name = (
+            get_fused_kernel_name(nodes, inductor_config.cpp.descriptive_names)
+            if inductor_config.cpp.descriptive_names
+            else ""
+        )
+        kernel_name = "_".join(["cpp", fused_name, wrapper.next_kernel_suffix()])
+        wrapper.src_to_kernel[dedup_key] = kernel_name
+        src_code = src_code.replace(str(Placeholder.KERNEL_NAME), "kernel")
+        src_code = src_code.replace(str(Placeholder.DESCRIPTIVE_NAME), kernel_name)
+        src_code = src_code.replace("#pragma CMT", "//")
+        first = src_code.rfind('extern "C"')
+        definition = f"{src_code[first : src_code.find(')', first) + 1]};\n"
+        args = self.kernel_group.args if kernel_args is None else kernel_args
+        _, _, arg_types = args.cpp_argdefs()
+        body = IndentedBuffer()
+        body.writeline(f"infini_compiler.cpp_kernel({kernel_name!r}, {arg_types!r}, r'''")
+        body.splice(src_code, strip=True)
+        body.writeline("''')")
+        wrapper.define_kernel(kernel_name, body.getvalue(), gpu=False, cpp_definition=definition)
+        return kernel_name
+
+
+Scheduling = InfiniScheduling

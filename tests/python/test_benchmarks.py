@@ -46,6 +46,10 @@ if torch_infini._C._capabilities()["host_addressable"]:
         "compiled MLP Linear-GELU-Linear [4, 64, 512]": ("time", "<= 1.1"),
         "compiled Llama forward [32, 16]": ("time", "<= 1.15"),
         "compiled vs eager on infini: Llama forward": ("time", "<= 1.0"),
+        "compiled vs eager on infini: Llama train step": ("time", "<= 0.787"),
+        "compiled Llama training step [32, 8]": ("time", "<= 1.1"),
+        "compiled vs eager on infini: RK4 ODE 4096x40": ("time", "<= 0.465"),
+        "compiled RK4 ODE 4096 oscillators x 40 steps": ("time", "<= 1.1"),
     }
 
 

@@ -52,8 +52,10 @@ def _close(got: torch.Tensor, eager: torch.Tensor, cpu: torch.Tensor) -> None:
     torch.testing.assert_close(got.cpu(), cpu, rtol=1e-4, atol=1e-5)
 
 
-_KERNEL_DEFINITION = re.compile(r"^(cpp_fused_\w+) = async_compile\.cpp", re.MULTILINE)
-_KERNEL_CALL = re.compile(r"^([ \t]*)(cpp_fused_\w+)\(", re.MULTILINE)
+_KERNEL_DEFINITION = re.compile(
+    r"^(cpp_fused_\w+) = infini_compiler\.cpp_kernel\('\1', ", re.MULTILINE
+)
+_KERNEL_CALL = re.compile(r"^[ \t]*(cpp_fused_\w+)\.launch\(", re.MULTILINE)
 
 
 @contextlib.contextmanager
@@ -63,25 +65,31 @@ def _inductor_kernels_run() -> Iterator[list[str]]:
     Collects the wrapper code Inductor generates (``save_output_code`` sees
     an FX graph cache hit too) and, with Inductor's kernel profiling on, the
     kernels that ran (profiler events ``graph_<n>_<kernel>``). Afterwards:
-    code was generated (``aot_eager`` generates none), each kernel call
-    waits for infini's current stream first (the infini wrapper, not the
-    CPU's), and every kernel the code defines ran.
+    code was generated (``aot_eager`` generates none), each kernel is
+    defined through the compiler plug-in and launched on infini's stream
+    (the infini wrapper, not the CPU's), the wrapper never synchronizes, and
+    every kernel the code defines ran.
     """
     codes: list[str] = []
     with (
         mock.patch.object(GraphLowering, "save_output_code", codes.append),
         torch._inductor.config.patch({"cpp.enable_kernel_profile": True}),
-        profile(activities=[ProfilerActivity.CPU]) as prof,
+        # All threads: with async streams the kernels run on a stream's worker.
+        profile(
+            activities=[ProfilerActivity.CPU],
+            experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True),
+        ) as prof,
     ):
         yield codes
+        torch.infini.synchronize()  # the kernels' events are recorded as they run
     assert codes, "Inductor generated no code: the graph was compiled by another backend"
     defined = {name for code in codes for name in _KERNEL_DEFINITION.findall(code)}
-    assert defined, "Inductor generated no C++ kernel"
+    assert defined, "Inductor generated no C++ kernel for infini"
+    called = {name for code in codes for name in _KERNEL_CALL.findall(code)}
+    assert called == defined, (called, defined)
     for code in codes:
-        for call in _KERNEL_CALL.finditer(code):
-            indent, name = call.groups()
-            wait = f"{indent}torch.infini.current_stream(0).synchronize()\n"
-            assert code[: call.start()].endswith(wait), f"{name} is called without the stream wait"
+        call_code = code.split("def call(", 1)[-1].split("\ndef ", 1)[0]
+        assert "synchronize(" not in call_code, "the compiled graph synchronizes"
     ran = {e.name for e in prof.events() if "cpp_fused_" in e.name}
     missing = [k for k in sorted(defined) if not any(e.endswith(f"_{k}") for e in ran)]
     assert not missing, f"generated kernels that never ran: {missing} (ran: {sorted(ran)})"
@@ -190,6 +198,29 @@ def test_a_new_shape_recompiles_and_dynamic_shapes_do_not() -> None:
     assert counters["stats"]["unique_graphs"] == 1 and len(codes) == 1
 
 
+def test_one_dynamic_compile_serves_varying_batch_and_sequence_lengths() -> None:
+    """The Llama forward compiled once with dynamic shapes: its kernels take
+    the sizes as arguments, and the fused operators' Meta kernels keep them
+    symbolic, so new batch and sequence lengths reuse it."""
+    llama = llama_example()
+    torch.manual_seed(0)
+    reference = llama.Llama(llama.Config(layers=1)).eval()
+    model = copy.deepcopy(reference).to(DEVICE)
+    compiled = torch.compile(model, dynamic=True)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad(), torch_infini.cpu_fallback.allowed("silent"):
+        # The model builds its rotary table on the first call, a graph of its own.
+        compiled(torch.randint(0, 14, (1, 3), generator=generator).to(DEVICE))
+        counters.clear()
+        with _inductor_kernels_run() as codes:
+            for batch, sequence in ((2, 5), (3, 9), (5, 7)):
+                tokens = torch.randint(0, 14, (batch, sequence), generator=generator)
+                got = compiled(tokens.to(DEVICE))
+                _close(got, model(tokens.to(DEVICE)), reference(tokens))
+    assert counters["stats"]["unique_graphs"] == 1
+    assert len(codes) == 1, f"{len(codes)} compiles for three shapes"
+
+
 def test_fused_infini_operators_trace_through_their_meta_kernels() -> None:
     def f(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return torch.ops.infini.swiglu(x, gate) + 1
@@ -202,10 +233,10 @@ def test_fused_infini_operators_trace_through_their_meta_kernels() -> None:
 
 
 def test_generated_kernels_wait_for_the_stream_and_later_work_sees_them() -> None:
-    """A generated kernel runs on the calling thread: its inputs come from
-    work enqueued on the current stream (an extern matmul), and work enqueued
-    after it reads what it wrote. With asynchronous streams a missing wait
-    shows as stale values."""
+    """A generated kernel is queued on the current stream: its inputs come
+    from work enqueued there just before (an extern matmul), and work enqueued
+    after it reads what it wrote. With asynchronous streams a kernel run out
+    of stream order shows as stale values."""
 
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (a @ b).relu() + 1
@@ -231,7 +262,7 @@ def test_compile_caches_are_keyed_to_this_code_generation() -> None:
         package.with_name(name).read_bytes() for name in _compile_cache.CODEGEN_SOURCES
     )
     tag = _compile_cache.tag()
-    assert _compile_cache.CODEGEN_SOURCES == ("_inductor.py", "_patches.py")
+    assert _compile_cache.CODEGEN_SOURCES == ("_inductor.py", "_patches.py", "_compiler.py")
     assert hashlib.sha256(sources).hexdigest()[:16] in tag
     assert torch_infini.__version__ in tag
     assert tag in torch.compiler.config.cache_key_tag

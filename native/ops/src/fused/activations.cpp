@@ -26,10 +26,16 @@ namespace {
 void checkSiluAndMul(const at::Tensor& x) {
   TORCH_CHECK(at::isFloatingType(x.scalar_type()),
               "infini::silu_and_mul: expected a floating-point input, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0,
+  // Sizes as SymInts: a Meta call under torch.compile(dynamic=True) then
+  // guards on a relation instead of specializing the shape.
+  TORCH_CHECK(x.dim() >= 1,
               "infini::silu_and_mul: the last dimension holds the gate and the up halves and "
               "must be even, got input of shape ",
-              x.sizes());
+              x.sym_sizes());
+  TORCH_SYM_CHECK((x.sym_size(-1) % 2).sym_eq(0),
+                  "infini::silu_and_mul: the last dimension holds the gate and the up halves and "
+                  "must be even, got input of shape ",
+                  x.sym_sizes());
 }
 
 void checkSwiglu(const at::Tensor& input, const at::Tensor& gate) {
@@ -38,19 +44,26 @@ void checkSwiglu(const at::Tensor& input, const at::Tensor& gate) {
   TORCH_CHECK(input.scalar_type() == gate.scalar_type(),
               "infini::swiglu: input and gate must have one dtype, got ", input.scalar_type(),
               " and ", gate.scalar_type());
-  TORCH_CHECK(input.sizes() == gate.sizes(),
-              "infini::swiglu: input and gate must have one shape, got ", input.sizes(), " and ",
-              gate.sizes());
+  TORCH_CHECK(input.dim() == gate.dim(), "infini::swiglu: input and gate must have one shape, got ",
+              input.sym_sizes(), " and ", gate.sym_sizes());
+  for (int64_t d = 0; d < input.dim(); ++d)
+    TORCH_SYM_CHECK(input.sym_size(d).sym_eq(gate.sym_size(d)),
+                    "infini::swiglu: input and gate must have one shape, got ", input.sym_sizes(),
+                    " and ", gate.sym_sizes());
   checkSameDevice(input, gate);
 }
 
 void checkCausalSoftmax(const at::Tensor& x) {
   TORCH_CHECK(at::isFloatingType(x.scalar_type()),
               "infini::causal_softmax: expected a floating-point input, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() >= 2 && x.size(-2) <= x.size(-1),
+  TORCH_CHECK(x.dim() >= 2,
               "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after "
               "t - s cached keys), got shape ",
-              x.sizes());
+              x.sym_sizes());
+  TORCH_SYM_CHECK(x.sym_size(-2).sym_le(x.sym_size(-1)),
+                  "infini::causal_softmax: expected input [..., s, t] with s <= t (queries after "
+                  "t - s cached keys), got shape ",
+                  x.sym_sizes());
 }
 
 at::Tensor siluAndMulReference(const at::Tensor& x) {
@@ -95,17 +108,20 @@ std::vector<int64_t> halvedLast(const at::Tensor& x) {
   return sizes;
 }
 
+// Meta kernels keep sizes symbolic (torch.compile(dynamic=True)).
 at::Tensor silu_and_mul_meta(const at::Tensor& x) {
   checkSiluAndMul(x);
-  return at::empty(halvedLast(x), x.options());
+  std::vector<c10::SymInt> sizes(x.sym_sizes().begin(), x.sym_sizes().end());
+  sizes.back() = sizes.back() / 2;
+  return at::empty_symint(sizes, x.options());
 }
 at::Tensor causal_softmax_meta(const at::Tensor& x) {
   checkCausalSoftmax(x);
-  return at::empty(x.sizes(), x.options());
+  return at::empty_symint(x.sym_sizes(), x.options());
 }
 at::Tensor swiglu_meta(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
-  return at::empty(input.sizes(), input.options());
+  return at::empty_symint(input.sym_sizes(), input.options());
 }
 
 // ---- infini, through the kernel seam ------------------------------------------------

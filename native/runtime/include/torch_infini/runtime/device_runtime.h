@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -58,6 +59,12 @@ class DeviceRuntime {
   virtual void memcpyAsync(void* dst, const void* src, size_t bytes, MemcpyKind kind,
                            StreamHandle stream) = 0;
   virtual void memsetAsync(void* dst, int value, size_t bytes, StreamHandle stream) = 0;
+  // Runs `work` on the host's processors in stream order (a kernel compiled
+  // for them: the compiler plug-in's cpu launch). Only where device memory
+  // is host memory. By default it waits for the stream and runs `work` now;
+  // an error it throws reaches the caller. A provider with queued streams
+  // queues it, and its error is raised by the stream's next synchronize.
+  virtual void launchHostFunction(StreamHandle stream, std::function<void()> work);
 
   // Streams.
   virtual StreamHandle createStream(int device) = 0;

@@ -165,6 +165,7 @@ class HostRuntime final : public DeviceRuntime {
   void memcpyAsync(void* dst, const void* src, size_t bytes, MemcpyKind kind,
                    StreamHandle stream) override;
   void memsetAsync(void* dst, int value, size_t bytes, StreamHandle stream) override;
+  void launchHostFunction(StreamHandle stream, std::function<void()> work) override;
 
   StreamHandle createStream(int device) override;
   void destroyStream(StreamHandle stream) override;
@@ -178,6 +179,11 @@ class HostRuntime final : public DeviceRuntime {
   bool queryEvent(EventHandle event) override;
   void synchronizeEvent(EventHandle event) override;
   float elapsedTime(EventHandle start, EventHandle end) override;
+
+  // How many times a caller waited for queued work: device, stream and
+  // event synchronizations (tests count them: a compiled graph queues its
+  // kernels and returns).
+  uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
 
  private:
   void checkDevice(int device) const;
@@ -194,6 +200,7 @@ class HostRuntime final : public DeviceRuntime {
   std::mutex memory_mutex_;
   std::vector<size_t> used_;                 // bytes in use per device
   std::unordered_map<void*, size_t> sizes_;  // live device allocations
+  std::atomic<uint64_t> synchronizations_{0};
 };
 
 }  // namespace torch_infini::runtime

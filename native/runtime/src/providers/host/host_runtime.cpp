@@ -251,6 +251,7 @@ void HostRuntime::setDevice(int device) { checkDevice(device); }
 
 void HostRuntime::synchronizeDevice(int device) {
   checkDevice(device);
+  synchronizations_.fetch_add(1, std::memory_order_relaxed);
   std::vector<HostStream*> streams;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -333,6 +334,10 @@ void HostRuntime::memsetAsync(void* dst, int value, size_t bytes, StreamHandle s
   stream(s).submit([dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
+void HostRuntime::launchHostFunction(StreamHandle s, std::function<void()> work) {
+  stream(s).submit(std::move(work));
+}
+
 StreamHandle HostRuntime::createStream(int device) {
   checkDevice(device);
   auto s = std::make_unique<HostStream>(device, async_, queue_depth_);
@@ -368,7 +373,10 @@ void HostRuntime::destroyStream(StreamHandle s) {
   }
 }
 
-void HostRuntime::synchronizeStream(StreamHandle s) { stream(s).synchronize(); }
+void HostRuntime::synchronizeStream(StreamHandle s) {
+  synchronizations_.fetch_add(1, std::memory_order_relaxed);
+  stream(s).synchronize();
+}
 
 bool HostRuntime::queryStream(StreamHandle s) { return stream(s).query(); }
 
@@ -399,7 +407,10 @@ void HostRuntime::recordEvent(EventHandle e, StreamHandle s) {
 
 bool HostRuntime::queryEvent(EventHandle e) { return event(e).query(); }
 
-void HostRuntime::synchronizeEvent(EventHandle e) { event(e).synchronize(); }
+void HostRuntime::synchronizeEvent(EventHandle e) {
+  synchronizations_.fetch_add(1, std::memory_order_relaxed);
+  event(e).synchronize();
+}
 
 float HostRuntime::elapsedTime(EventHandle start, EventHandle end) {
   HostEvent& a = event(start);

@@ -1,0 +1,102 @@
+// torch_infini._C: the compiler plug-ins (torch_infini._compiler): find one
+// per device type, compile, load, look kernels up and launch them on the
+// current infini stream.
+#include <c10/util/Exception.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "bindings.h"
+#include "torch_infini/compiler/plugin.h"
+#include "torch_infini/runtime/stream.h"
+
+namespace torch_infini::bindings {
+
+namespace compiler = torch_infini::compiler;
+
+namespace {
+
+// One 8-byte slot per argument, as the plug-in interface passes them:
+// kinds[i] is 'p' (a pointer, as an int), 'i' (int64_t) or 'f' (double).
+std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
+                              const std::string& kinds) {
+  const size_t n = nb::len(args);
+  TORCH_CHECK_VALUE(n == kinds.size(), "kernel '", kernel.name(), "': ", n, " arguments for ",
+                    kinds.size(), " argument kinds");
+  std::vector<uint64_t> slots(n);
+  for (size_t i = 0; i < n; ++i) {
+    nb::handle arg = args[i];
+    if (kinds[i] == 'f') {
+      const double value = nb::cast<double>(arg);
+      std::memcpy(&slots[i], &value, sizeof value);
+    } else {
+      TORCH_CHECK_TYPE(PyLong_Check(arg.ptr()), "kernel '", kernel.name(), "' argument ", i,
+                       ": expected an int, got ", nb::inst_name(arg).c_str());
+      const int64_t value = nb::cast<int64_t>(arg);
+      std::memcpy(&slots[i], &value, sizeof value);
+    }
+  }
+  return slots;
+}
+
+}  // namespace
+
+void bindCompiler(nb::module_& m) {
+  nb::class_<compiler::Kernel>(m, "_CompilerKernel")
+      .def_prop_ro("name", &compiler::Kernel::name)
+      .def_prop_ro("num_args", &compiler::Kernel::numArgs)
+      .def(
+          "launch",
+          [](const compiler::Kernel& kernel, nb::handle args, const std::string& kinds,
+             int64_t device, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
+             size_t shared_memory) {
+            const std::vector<uint64_t> slots = slotsOf(kernel, args, kinds);
+            void* stream =
+                torch_infini::nativeStream(torch_infini::currentStream(deviceArg(device)));
+            kernel.launch(slots, grid, block, shared_memory, stream);
+          },
+          nb::arg("args"), nb::arg("kinds"), nb::arg("device"),
+          nb::arg("grid") = std::array<uint32_t, 3>{1, 1, 1},
+          nb::arg("block") = std::array<uint32_t, 3>{1, 1, 1}, nb::arg("shared_memory") = 0,
+          "Queues the kernel on `device`'s current infini stream.");
+
+  nb::class_<compiler::Module>(m, "_CompilerModule")
+      .def("kernel", [](const compiler::Module& module, const std::string& name) {
+        return module.kernel(name);
+      });
+
+  nb::class_<compiler::Plugin>(m, "_CompilerPlugin")
+      .def_prop_ro("name", &compiler::Plugin::name)
+      .def_prop_ro("device_type", &compiler::Plugin::deviceType)
+      .def_prop_ro("source_language", &compiler::Plugin::sourceLanguage)
+      .def_prop_ro("origin", &compiler::Plugin::origin)
+      .def(
+          "compile",
+          [](const compiler::Plugin& plugin, const std::string& source,
+             const std::string& options) {
+            std::vector<uint8_t> binary;
+            {
+              nb::gil_scoped_release release;  // a compiler runs for seconds
+              binary = plugin.compile(source, options);
+            }
+            return nb::bytes(reinterpret_cast<const char*>(binary.data()), binary.size());
+          },
+          nb::arg("source"), nb::arg("options") = "")
+      .def("runtime_source", &compiler::Plugin::runtimeSource)
+      .def("pass_pipeline", &compiler::Plugin::passPipeline)
+      .def("load", [](const compiler::Plugin& plugin, nb::bytes binary) {
+        const auto* data = static_cast<const uint8_t*>(binary.data());
+        return plugin.load(std::vector<uint8_t>(data, data + binary.size()));
+      });
+
+  m.def("_compiler_plugin", &compiler::pluginFor, nb::arg("device_type"));
+  m.def("_compiler_load_external", &compiler::loadExternal, nb::arg("path"));
+  m.def("_compiler_add_external", &compiler::addExternal, nb::arg("path"));
+  m.def("_compiler_builtin_device_types", &compiler::builtinDeviceTypes);
+}
+
+}  // namespace torch_infini::bindings

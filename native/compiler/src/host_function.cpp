@@ -1,0 +1,43 @@
+// torch_infini_launch_host_function: plug-ins whose kernels run on the
+// host's processors queue them on an infini stream through the runtime.
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "torch_infini/compiler_plugin.h"
+#include "torch_infini/runtime/backend_selection.h"
+
+namespace {
+
+void writeError(char* error, size_t error_size, const char* message) {
+  if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", message);
+}
+
+}  // namespace
+
+extern "C" int torch_infini_launch_host_function(void* stream, TorchInfiniHostFunction fn,
+                                                 void* data, void (*release)(void* data),
+                                                 char* error, size_t error_size) {
+  // `data` is released once, when the queued call is done with it (or now,
+  // if it is never queued).
+  std::shared_ptr<void> owned(data, [release](void* p) {
+    if (release != nullptr) release(p);
+  });
+  try {
+    TORCH_CHECK(stream != nullptr && fn != nullptr,
+                "torch_infini_launch_host_function: needs a stream and a function");
+    torch_infini::runtime::selectedRuntime().launchHostFunction(stream, [fn, owned] {
+      char message[4096] = "";
+      if (fn(owned.get(), message, sizeof message) != 0)
+        TORCH_CHECK(false, *message != '\0' ? message : "a host function failed (no message)");
+    });
+    return 0;
+  } catch (const c10::Error& e) {
+    writeError(error, error_size, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    writeError(error, error_size, e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,271 @@
+"""torch.compile's kernels through the device type's compiler plug-in.
+
+Each InfiniRT device type (and ``host``) has a compiler plug-in, a C table
+(``torch_infini/compiler_plugin.h``; docs/compiler_plugin.md): its
+toolchain compiles the source Inductor generates, its runtime strategy
+loads the binary, looks kernels up and launches them on the current infini
+stream, and its compile strategy names the graph passes to run first.
+Built-in plug-ins ship in libtorch_infini; a vendor's is a shared library
+named in ``TORCH_INFINI_COMPILER_PLUGINS`` (paths separated by ``:``) or
+by an entry point in the ``torch_infini.compiler_plugins`` group (its
+value: the library's path, or a callable returning it).
+
+Compiled binaries are cached on disk (Inductor's cache directory, under
+``infini/``) by plug-in, options and source, so an FX graph cache hit does
+not run the vendor's compiler again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import os
+import shlex
+import tempfile
+import threading
+from importlib import metadata
+from typing import Any
+
+import torch
+
+from . import _C
+
+ENTRY_POINT_GROUP = "torch_infini.compiler_plugins"
+
+# Inductor's C++ argument types that travel as doubles; every other
+# non-pointer argument travels as an int64_t.
+_FLOATING = {"float", "double", "const float", "const double"}
+
+
+def device_type() -> str:
+    """The device type whose plug-in serves torch.compile: the selected
+    InfiniRT type, or ``cpu`` for the host reference device."""
+    backend = _C._backend()
+    return "cpu" if backend == "host" else backend
+
+
+def _entry_point_libraries() -> list[str]:
+    paths = []
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        value = entry_point.load()
+        path = value() if callable(value) else value
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"entry point {entry_point.name!r} ({entry_point.value}) in group "
+                f"{ENTRY_POINT_GROUP!r} gave {path!r}; expected the path of a compiler "
+                "plug-in library"
+            )
+        paths.append(os.fspath(path))
+    return paths
+
+
+@functools.cache
+def _register_entry_points() -> None:
+    for path in _entry_point_libraries():
+        _C._compiler_add_external(path)
+
+
+def plugin(for_device_type: str | None = None) -> Any:
+    """The compiler plug-in of ``for_device_type`` (default: the selected
+    one); raises naming the plug-in and what is wrong if it cannot be used."""
+    _register_entry_points()
+    return _C._compiler_plugin(for_device_type or device_type())
+
+
+# ---------------------------------------------------------------- C++ kernels
+
+
+@functools.cache
+def cpp_options() -> str:
+    """The compiler flags Inductor's C++ code generation requires (the vector
+    ISA it generated for, PyTorch's headers, OpenMP), as Inductor itself
+    builds its CPU kernels."""
+    from torch._inductor.codecache import CppPythonBindingsCodeCache
+    from torch._inductor.cpp_builder import CppBuilder, CppTorchDeviceOptions
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    options = CppTorchDeviceOptions(
+        vec_isa=pick_vec_isa(),
+        device_type="cpu",
+        **CppPythonBindingsCodeCache.cpp_compile_command_flags,
+    )
+    source, output = "__torch_infini_source__.cpp", "__torch_infini_output__"
+    with tempfile.TemporaryDirectory() as directory:
+        command = CppBuilder(
+            name=output, sources=source, BuildOption=options, output_dir=directory
+        ).get_command_line()
+    words = shlex.split(command)[1:]  # without the compiler
+    kept: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "-o":
+            skip = True
+        elif not word.endswith(source):
+            kept.append(word)
+    return shlex.join(kept)
+
+
+def _launch_entry(arg_types: list[str]) -> str:
+    """What the cpu plug-in launches (compiler_plugin.h): ``kernel__launch``
+    reads each argument from its 8-byte slot, and C++ exceptions become an
+    error message instead of crossing the stream's worker."""
+    params = []
+    for i, cpp_type in enumerate(t.strip() for t in arg_types):
+        if cpp_type.endswith("*"):
+            params.append(f"*static_cast<{cpp_type}*>(args[{i}])")
+        elif cpp_type in _FLOATING:
+            params.append(f"static_cast<{cpp_type}>(*static_cast<const double*>(args[{i}]))")
+        else:
+            params.append(f"static_cast<{cpp_type}>(*static_cast<const int64_t*>(args[{i}]))")
+    call = ", ".join(params)
+    return f"""
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+extern "C" const size_t kernel__num_args = {len(arg_types)};
+extern "C" int kernel__launch(void** args, char* error, size_t error_size) {{
+  try {{
+    kernel({call});
+    return 0;
+  }} catch (const std::exception& e) {{
+    std::snprintf(error, error_size, "%s", e.what());
+  }} catch (...) {{
+    std::snprintf(error, error_size, "%s", "the kernel threw a non-standard exception");
+  }}
+  return 1;
+}}
+"""
+
+
+def _identity(compiler: Any) -> tuple[str, ...]:
+    """What a cached binary depends on besides its source: the plug-in, and
+    the library it lives in as built (a rebuilt plug-in compiles afresh)."""
+    library = _C.__file__ if compiler.origin == "built-in" else compiler.origin
+    try:
+        stat = os.stat(library)
+        build = f"{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError:
+        build = "unknown"
+    return (compiler.name, compiler.origin, build)
+
+
+class _BinaryCache:
+    """Compiled binaries by (plug-in, options, source): in memory, and on
+    disk under Inductor's cache directory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._binaries: dict[str, bytes] = {}
+
+    def _path(self, key: str) -> str:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return os.path.join(cache_dir(), "infini", key[:2], f"{key}.bin")
+
+    def get(self, compiler: Any, source: str, options: str) -> bytes:
+        key = hashlib.sha256(
+            "\0".join((*_identity(compiler), options, source)).encode()
+        ).hexdigest()
+        with self._lock:
+            if key in self._binaries:
+                return self._binaries[key]
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                binary = f.read()
+        except OSError:
+            binary = compiler.compile(source, options)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+                f.write(binary)
+            os.replace(f.name, path)
+        with self._lock:
+            self._binaries[key] = binary
+        return binary
+
+
+_binaries = _BinaryCache()
+
+
+class CppKernel:
+    """One of Inductor's C++ kernels, compiled and loaded by the plug-in;
+    calling it queues it on the device's current infini stream."""
+
+    __slots__ = ("_kernel", "_kinds", "_pointers", "name")
+
+    def __init__(self, name: str, arg_types: list[str], kernel: Any) -> None:
+        self.name = name
+        self._kernel = kernel
+        kinds = []
+        for cpp_type in (t.strip() for t in arg_types):
+            kinds.append("p" if cpp_type.endswith("*") else "f" if cpp_type in _FLOATING else "i")
+        self._kinds = "".join(kinds)
+        self._pointers = tuple(i for i, kind in enumerate(kinds) if kind == "p")
+
+    def launch(self, device: int, *args: Any) -> None:
+        if len(args) != len(self._kinds):
+            raise ValueError(
+                f"kernel {self.name!r} takes {len(self._kinds)} arguments, got {len(args)}"
+            )
+        values = list(args)
+        for i in self._pointers:
+            tensor = values[i]
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "infini":
+                got = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise TypeError(
+                    f"kernel {self.name!r}: argument {i} must be an infini tensor, got {got}"
+                )
+            values[i] = tensor.data_ptr()
+        self._kernel.launch(values, self._kinds, device)
+
+
+def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
+    compiler = plugin()
+    if compiler.source_language != "c++":
+        raise NotImplementedError(
+            f"torch.compile on infini: the {compiler.device_type} compiler plug-in "
+            f"{compiler.name!r} ({compiler.origin}) compiles {compiler.source_language}, "
+            "but Inductor generated C++ for this graph"
+        )
+    full = compiler.runtime_source() + source + _launch_entry(arg_types)
+    options = cpp_options()
+    key = (compiler.name, compiler.origin, options, full)
+    with _loaded_lock:
+        kernel = _loaded.get(key)
+    if kernel is None:
+        # A graph compiled again (a recompile, an FX graph cache hit) reuses
+        # the loaded module instead of loading another copy.
+        kernel = compiler.load(_binaries.get(compiler, full, options)).kernel("kernel")
+        with _loaded_lock:
+            kernel = _loaded.setdefault(key, kernel)
+    return CppKernel(name, arg_types, kernel)
+
+
+_loaded: dict[tuple[str, str, str, str], Any] = {}
+_loaded_lock = threading.Lock()
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def cpp_kernel(name: str, arg_types: list[str], source: str) -> Any:
+    """What Inductor's wrapper calls for each C++ kernel of an infini graph:
+    the kernel, or a future of it that ``async_compile.wait`` resolves when
+    Inductor compiles in parallel."""
+    from torch._inductor.async_compile import get_compile_threads
+
+    threads = get_compile_threads()
+    if threads <= 1:
+        return _load_cpp_kernel(name, arg_types, source)
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix="torch_infini_compile"
+            )
+    return _pool.submit(_load_cpp_kernel, name, arg_types, source)

@@ -1,0 +1,306 @@
+"""The compiler plug-in (torch_infini/compiler_plugin.h, torch_infini/_compiler.py):
+torch.compile's kernels are compiled, loaded and launched through the
+device type's plug-in, queued on the current infini stream without a
+synchronization; external plug-ins are found by TORCH_INFINI_COMPILER_PLUGINS,
+and every way a plug-in can be unusable is a clear error naming it.
+
+Plug-ins written for these tests are C files compiled here with the system C
+compiler against the installed header.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch_infini
+from infini_testing import describe, raises_exactly, requires_async_host, run_python
+from torch_infini import _C, _compiler
+
+DEVICE = torch.device("infini", 0)
+HEADER_DIR = Path(__file__).resolve().parents[2] / "native" / "compiler" / "include"
+
+pytestmark = pytest.mark.skipif(
+    not _C._capabilities()["host_addressable"],
+    reason="the built-in cpu plug-in serves device types whose memory is host memory",
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> None:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _libtorch_infini() -> Path:
+    """The libtorch_infini.so this process loaded (wheel or build tree)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith("/libtorch_infini.so"):
+            return Path(line.split()[-1])
+    raise AssertionError("libtorch_infini.so is not mapped")
+
+
+def _build_plugin(directory: Path, source: str, link_torch_infini: bool = False) -> Path:
+    """A shared library built from the C `source` against compiler_plugin.h."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler is needed to build test plug-ins"
+    directory.mkdir(parents=True, exist_ok=True)
+    c_file = directory / "plugin.c"
+    c_file.write_text(textwrap.dedent(source))
+    library = directory / "libplugin.so"
+    command = [compiler, "-shared", "-fPIC", f"-I{HEADER_DIR}", "-o", str(library), str(c_file)]
+    if link_torch_infini:
+        lib = _libtorch_infini()
+        command += [f"-L{lib.parent}", "-ltorch_infini", f"-Wl,-rpath,{lib.parent}"]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return library
+
+
+# A plug-in whose init fills a table from `body` (C statements over `t`).
+def _plugin_source(body: str) -> str:
+    return f"""
+        #include <string.h>
+        #include <stdio.h>
+        #include "torch_infini/compiler_plugin.h"
+        static int compile_(void* c, const char* s, const char* o, TorchInfiniBinary* b,
+                            char* e, size_t n) {{ return 1; }}
+        static void free_(void* c, TorchInfiniBinary* b) {{}}
+        static int load_(void* c, const void* b, size_t s, void** m, char* e, size_t n) {{
+          return 1; }}
+        static int unload_(void* c, void* m, char* e, size_t n) {{ return 0; }}
+        static int address_(void* c, void* m, const char* k, void** f, size_t* a, char* e,
+                            size_t n) {{ return 1; }}
+        static int launch_(void* c, void* f, void** a, size_t na, const uint32_t* g,
+                           const uint32_t* b, size_t sm, void* s, char* e, size_t n) {{
+          return 1; }}
+        int torch_infini_compiler_plugin_init(TorchInfiniCompilerPlugin* t, size_t size,
+                                              char* error, size_t error_size) {{
+          t->size = sizeof *t;
+          t->abi_version = TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION;
+          t->name = "broken";
+          t->device_type = "cpu";
+          t->source_language = TORCH_INFINI_SOURCE_CPP;
+          t->compile = compile_;
+          t->free_binary = free_;
+          t->module_load = load_;
+          t->module_unload = unload_;
+          t->get_kernel_address = address_;
+          t->launch_kernel = launch_;
+          {body}
+          return 0;
+        }}
+    """
+
+
+# ---------------------------------------------------------------- the built-in plug-in
+
+
+def test_the_cpu_plugin_serves_host_addressable_backends() -> None:
+    plugin = _compiler.plugin()
+    assert _compiler.device_type() == "cpu"
+    assert (plugin.name, plugin.device_type, plugin.source_language, plugin.origin) == (
+        "cpu",
+        "cpu",
+        "c++",
+        "built-in",
+    )
+    assert _C._compiler_builtin_device_types() == ["cpu"]
+    assert plugin.pass_pipeline() == []
+    assert plugin.runtime_source() == ""
+
+
+def test_no_plugin_serves_an_unknown_device_type() -> None:
+    with raises_exactly(NotImplementedError, match="no compiler plug-in serves device type 'vx'"):
+        _C._compiler_plugin("vx")
+
+
+_TWICE = """
+#include <cstdint>
+extern "C" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0) {
+  for (int64_t i = 0; i < ks0; ++i) out_ptr0[i] = in_ptr0[i] * 2.0f;
+}
+"""
+_TWICE_TYPES = ["const float*", "float*", "const int64_t"]
+
+
+def test_a_kernel_is_compiled_loaded_and_launched_by_the_plugin() -> None:
+    kernel = _compiler._load_cpp_kernel("twice", _TWICE_TYPES, _TWICE)
+    x = torch.arange(10, dtype=torch.float32)
+    dx = x.to(DEVICE)
+    out = torch.empty(10, device=DEVICE)
+    kernel.launch(0, dx, out, 10)
+    assert torch.equal(out.cpu(), x * 2)
+    # Loaded once: the same source again reuses the module.
+    again = _compiler._load_cpp_kernel("twice", _TWICE_TYPES, _TWICE)
+    assert again._kernel is kernel._kernel
+
+
+def test_a_launch_with_the_wrong_arguments_is_refused_naming_the_kernel() -> None:
+    kernel = _compiler._load_cpp_kernel("twice", _TWICE_TYPES, _TWICE)
+    dx = torch.ones(4, device=DEVICE)
+    with raises_exactly(ValueError, match="kernel 'twice' takes 3 arguments, got 2"):
+        kernel.launch(0, dx, dx)
+    # Below the Python wrapper, the loaded kernel checks too.
+    with raises_exactly(ValueError, match="kernel 'kernel' takes 3 arguments, got 2"):
+        kernel._kernel.launch([dx.data_ptr(), dx.data_ptr()], "pp", 0)
+    with raises_exactly(TypeError, match="kernel 'twice': argument 0 must be an infini tensor"):
+        kernel.launch(0, torch.ones(4), dx, 4)
+
+
+def test_an_exception_in_a_kernel_is_raised_not_lost() -> None:
+    source = """
+#include <stdexcept>
+extern "C" void kernel(float* out_ptr0) { throw std::runtime_error("kernel says no"); }
+"""
+    kernel = _compiler._load_cpp_kernel("thrower", ["float*"], source)
+    out = torch.empty(1, device=DEVICE)
+    # Inline streams raise at the launch, async ones at the next synchronize.
+    with pytest.raises(RuntimeError, match="kernel says no"):
+        kernel.launch(0, out)
+        torch.infini.synchronize()
+
+
+def test_a_compile_error_gives_the_compiler_message_and_keeps_the_source() -> None:
+    plugin = _compiler.plugin()
+    with raises_exactly(RuntimeError, match="compile failed: the C.. compiler failed") as info:
+        plugin.compile("int broken( {\n", _compiler.cpp_options())
+    message = str(info.value)
+    assert "error" in message  # the compiler's own diagnostic
+    kept = Path(message.split("the source is kept at ", 1)[1].split()[0])
+    assert kept.read_text() == "int broken( {\n"
+    shutil.rmtree(kept.parent)
+
+
+# ---------------------------------------------------------------- stream order
+
+
+@requires_async_host
+def test_a_compiled_graph_queues_its_kernels_and_returns_without_synchronizing() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b + 1).relu().sum(-1) + a.amax(-1)
+
+    a, b = torch.randn(64, 33), torch.randn(64, 33)
+    da, db = a.to(DEVICE), b.to(DEVICE)
+    compiled = torch.compile(f)
+    compiled(da, db)  # compiles
+    torch.infini.synchronize()
+    with torch_infini.cpu_fallback.strict():
+        before = _C._host_synchronizations()
+        out = compiled(da, db)
+        after = _C._host_synchronizations()
+    assert after == before, f"{after - before} synchronizations in a compiled call"
+    torch.testing.assert_close(out.cpu(), f(a, b))
+
+
+# ---------------------------------------------------------------- external plug-ins
+
+
+def test_an_unloadable_library_is_a_clear_error(tmp_path: Path) -> None:
+    not_a_library = tmp_path / "libnothing.so"
+    not_a_library.write_text("not an ELF file")
+    with raises_exactly(RuntimeError, match=f"compiler plug-in {not_a_library}: cannot be loaded"):
+        _C._compiler_load_external(str(not_a_library))
+
+
+def test_a_library_without_the_init_symbol_is_refused(tmp_path: Path) -> None:
+    library = _build_plugin(tmp_path, "int unrelated(void) { return 0; }\n")
+    with raises_exactly(RuntimeError, match="exports no torch_infini_compiler_plugin_init"):
+        _C._compiler_load_external(str(library))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            'snprintf(error, error_size, "no licence for this host"); return 7;',
+            "its init function failed: no licence for this host",
+        ),
+        ("t->size = 16;", "its table size is 16 bytes; ABI version 1 needs"),
+        ("t->abi_version = 99;", "it was built for ABI version 99, torch_infini implements"),
+        ("t->launch_kernel = NULL;", "'broken' leaves launch_kernel NULL"),
+        ("t->name = NULL;", "its table has no name"),
+        ('t->source_language = "fortran";', "'broken' compiles 'fortran'"),
+    ],
+    ids=["init-fails", "size", "abi-version", "missing-function", "no-name", "language"],
+)
+def test_an_unusable_plugin_is_refused_naming_it_and_why(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    library = _build_plugin(tmp_path, _plugin_source(body))
+    with raises_exactly(RuntimeError, match=f"compiler plug-in from {library}: .*{message}"):
+        _C._compiler_load_external(str(library))
+
+
+_WRAPPED_CPU = """
+#include <string.h>
+#include "torch_infini/compiler_plugin.h"
+/* The built-in cpu plug-in under another name, counting its compiles. */
+int compiles = 0;
+static int (*cpu_compile)(void*, const char*, const char*, TorchInfiniBinary*, char*, size_t);
+static int counting_compile(void* c, const char* s, const char* o, TorchInfiniBinary* b,
+                            char* e, size_t n) {
+  ++compiles;
+  return cpu_compile(c, s, o, b, e, n);
+}
+int torch_infini_compiler_plugin_init(TorchInfiniCompilerPlugin* t, size_t size, char* error,
+                                      size_t error_size) {
+  int status = torch_infini_cpu_compiler_plugin_init(t, size, error, error_size);
+  if (status != 0) return status;
+  t->name = "counting-cpu";
+  cpu_compile = t->compile;
+  t->compile = counting_compile;
+  return 0;
+}
+"""
+
+_COMPILE_IN_A_PROCESS = """
+import ctypes, os, torch, torch_infini
+from torch_infini import _compiler
+def f(a):
+    return (a * 3).sin() + 1
+x = torch.randn(17)
+got = torch.compile(f)(x.to("infini"))
+torch.testing.assert_close(got.cpu(), f(x))
+plugin = _compiler.plugin()
+library = ctypes.CDLL(os.environ["TORCH_INFINI_COMPILER_PLUGINS"])
+print("PLUGIN", plugin.name, plugin.origin, ctypes.c_int.in_dll(library, "compiles").value)
+"""
+
+
+def test_an_external_plugin_serves_its_device_type_instead_of_the_built_in_one(
+    tmp_path: Path,
+) -> None:
+    library = _build_plugin(tmp_path, _WRAPPED_CPU, link_torch_infini=True)
+    proc = run_python(
+        _COMPILE_IN_A_PROCESS,
+        env={
+            "TORCH_INFINI_COMPILER_PLUGINS": str(library),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        },
+        timeout=300,
+    )
+    assert proc.returncode == 0, describe(proc)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("PLUGIN "))
+    name, origin, compiles = line.split()[1:]
+    assert (name, origin) == ("counting-cpu", str(library))
+    assert int(compiles) >= 1
+
+
+def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None:
+    missing = tmp_path / "libmissing_plugin.so"
+    proc = run_python(
+        _COMPILE_IN_A_PROCESS,
+        env={
+            "TORCH_INFINI_COMPILER_PLUGINS": str(missing),
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        },
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert f"compiler plug-in {missing}: cannot be loaded" in proc.stderr, describe(proc)

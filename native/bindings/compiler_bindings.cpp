@@ -29,7 +29,7 @@ std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
                     kinds.size(), " argument kinds");
   std::vector<uint64_t> slots(n);
   for (size_t i = 0; i < n; ++i) {
-    nb::handle arg = args[i];
+    nb::object arg = args[i];  // owned: args[i] may make a new object
     if (kinds[i] == 'f') {
       const double value = nb::cast<double>(arg);
       std::memcpy(&slots[i], &value, sizeof value);

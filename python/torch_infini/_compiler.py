@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 import shlex
+import subprocess
 import tempfile
 import threading
 from importlib import metadata
@@ -76,20 +77,49 @@ def plugin(for_device_type: str | None = None) -> Any:
 # ---------------------------------------------------------------- C++ kernels
 
 
-@functools.cache
 def cpp_options() -> str:
     """The compiler flags Inductor's C++ code generation requires (the vector
     ISA it generated for, PyTorch's headers, OpenMP), as Inductor itself
-    builds its CPU kernels."""
-    from torch._inductor.codecache import CppPythonBindingsCodeCache
-    from torch._inductor.cpp_builder import CppBuilder, CppTorchDeviceOptions
+    builds its CPU kernels, for Inductor's configuration now."""
+    from torch._inductor import config
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
-    options = CppTorchDeviceOptions(
-        vec_isa=pick_vec_isa(),
-        device_type="cpu",
-        **CppPythonBindingsCodeCache.cpp_compile_command_flags,
+    cpp = config.cpp
+    return _cpp_options(
+        pick_vec_isa(),
+        (
+            cpp.march,
+            cpp.enable_unsafe_math_opt_flag,
+            cpp.enable_floating_point_contract_flag,
+            cpp.cxx,
+            tuple(cpp.extra_flags) if hasattr(cpp, "extra_flags") else (),
+        ),
     )
+
+
+@functools.cache
+def _cpp_options(vec_isa: Any, _config: tuple[Any, ...]) -> str:
+    from torch._inductor import config
+    from torch._inductor.codecache import (
+        CppPythonBindingsCodeCache,
+        _get_cpp_prefix_header,
+        _precompile_header,
+    )
+    from torch._inductor.cpp_builder import CppBuilder, CppTorchDeviceOptions
+
+    flags = {
+        "vec_isa": vec_isa,
+        "device_type": "cpu",
+        **CppPythonBindingsCodeCache.cpp_compile_command_flags,
+    }
+    options = CppTorchDeviceOptions(**flags)
+    # The kernels' common header (ATen's vector types) precompiled once, as
+    # Inductor does for its own CPU kernels: compiling it into every kernel
+    # takes seconds each.
+    header = _get_cpp_prefix_header("cpu")
+    if config.cpp_cache_precompile_headers and header:
+        command = CppBuilder(name="o", sources="i", BuildOption=options).get_command_line()
+        options.precompiled_header = _precompile_header(header, command, **flags)
     source, output = "__torch_infini_source__.cpp", "__torch_infini_output__"
     with tempfile.TemporaryDirectory() as directory:
         command = CppBuilder(
@@ -141,16 +171,41 @@ extern "C" int kernel__launch(void** args, char* error, size_t error_size) {{
 """
 
 
+def _libtorch_infini() -> str:
+    """The libtorch_infini.so this process runs (built-in plug-ins live there)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("/libtorch_infini.so"):
+                return line.split()[-1]
+    return _C.__file__
+
+
+@functools.cache
+def _system_compiler() -> str:
+    """The C++ compiler the built-in cpu plug-in runs, and its version."""
+    command = os.environ.get("TORCH_INFINI_CXX") or os.environ.get("CXX") or "c++"
+    try:
+        version = subprocess.run(
+            [*shlex.split(command), "--version"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError as error:
+        version = str(error)
+    return f"{command}\n{version}"
+
+
 def _identity(compiler: Any) -> tuple[str, ...]:
-    """What a cached binary depends on besides its source: the plug-in, and
-    the library it lives in as built (a rebuilt plug-in compiles afresh)."""
-    library = _C.__file__ if compiler.origin == "built-in" else compiler.origin
+    """What a cached binary depends on besides its source and options: the
+    plug-in, the library it lives in as built (a rebuilt plug-in compiles
+    afresh), and for the built-in cpu plug-in the system compiler."""
+    built_in = compiler.origin == "built-in"
+    library = _libtorch_infini() if built_in else compiler.origin
     try:
         stat = os.stat(library)
-        build = f"{stat.st_size}:{stat.st_mtime_ns}"
+        build = f"{library}:{stat.st_size}:{stat.st_mtime_ns}"
     except OSError:
-        build = "unknown"
-    return (compiler.name, compiler.origin, build)
+        build = f"{library}:unknown"
+    toolchain = _system_compiler() if built_in and compiler.name == "cpu" else ""
+    return (compiler.name, compiler.origin, build, toolchain)
 
 
 class _BinaryCache:
@@ -231,6 +286,13 @@ def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
             f"{compiler.name!r} ({compiler.origin}) compiles {compiler.source_language}, "
             "but Inductor generated C++ for this graph"
         )
+    passes = compiler.pass_pipeline()
+    if passes:
+        raise NotImplementedError(
+            f"torch.compile on infini: the {compiler.device_type} compiler plug-in "
+            f"{compiler.name!r} ({compiler.origin}) asks for graph passes {passes}, which "
+            "torch_infini does not apply yet"
+        )
     full = compiler.runtime_source() + source + _launch_entry(arg_types)
     options = cpp_options()
     key = (compiler.name, compiler.origin, options, full)
@@ -251,6 +313,15 @@ _loaded_lock = threading.Lock()
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    # The pool's threads do not survive a fork: a child makes its own.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def cpp_kernel(name: str, arg_types: list[str], source: str) -> Any:

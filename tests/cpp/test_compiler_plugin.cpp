@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -129,6 +130,8 @@ void testCompileErrorKeepsTheSource() {
   std::ifstream kept(path);
   const std::string text((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
   CHECK(text == "int broken( {\n");
+  std::remove(path.c_str());
+  std::remove(path.substr(0, path.rfind('/')).c_str());
 }
 
 void testUnknownDeviceType() {

@@ -38,6 +38,8 @@ extern "C" int torch_infini_launch_host_function(void* stream, TorchInfiniHostFu
     writeError(error, error_size, e.what_without_backtrace());
   } catch (const std::exception& e) {
     writeError(error, error_size, e.what());
+  } catch (...) {
+    writeError(error, error_size, "a host function threw a non-standard exception");
   }
   return 1;
 }

@@ -73,7 +73,7 @@ Registry& registry() {
 Outcome attempt(const std::function<std::shared_ptr<Plugin>()>& load) {
   try {
     return load();
-  } catch (const c10::Error&) {
+  } catch (...) {  // kept whatever it is: a later request raises it again
     return std::current_exception();
   }
 }

@@ -24,39 +24,41 @@ struct ErrorBuffer {
   }
 };
 
-std::string member(const char* value, const std::string& origin, const char* what) {
-  TORCH_CHECK(value != nullptr && *value != '\0', "compiler plug-in from ", origin,
-              ": its table has no ", what);
-  return value;
-}
+// A table's string member; "" when missing.
+std::string member(const char* value) { return value != nullptr ? value : ""; }
 
 }  // namespace
 
 Plugin::Plugin(std::string origin, const TorchInfiniCompilerPlugin& table, void* library)
     : origin_(std::move(origin)), table_(table), library_(library) {
   // On a refusal the context is released and the library closed here (the
-  // destructor does not run for a constructor that throws).
-  auto refuse = [&](const std::string& why) {
-    if (table_.destroy != nullptr && table_.context != nullptr) table_.destroy(table_.context);
+  // destructor does not run for a constructor that throws). A table of
+  // another ABI version or size has an unknown layout: its destroy is not
+  // called.
+  auto refuse = [&](const std::string& why, bool layout_known = true) {
+    if (layout_known && table_.destroy != nullptr && table_.context != nullptr)
+      table_.destroy(table_.context);
     if (library_ != nullptr) dlclose(library_);
     TORCH_CHECK(false, "compiler plug-in from ", origin_, ": ", why);
   };
   if (table.abi_version != TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION)
     refuse("it was built for ABI version " + std::to_string(table.abi_version) +
-           ", torch_infini implements version " +
-           std::to_string(TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION));
+               ", torch_infini implements version " +
+               std::to_string(TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION),
+           /*layout_known=*/false);
   // A larger table (a newer header) is fine: only the members known here are read.
   if (table.size < kRequiredTableSize)
     refuse("its table size is " + std::to_string(table.size) + " bytes; ABI version " +
-           std::to_string(TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION) + " needs " +
-           std::to_string(kRequiredTableSize) + " (built against another torch_infini header?)");
-  try {
-    name_ = member(table.name, origin_, "name");
-    device_type_ = member(table.device_type, origin_, "device_type");
-    source_language_ = member(table.source_language, origin_, "source_language");
-  } catch (const c10::Error& e) {
-    refuse(e.what_without_backtrace());
-  }
+               std::to_string(TORCH_INFINI_COMPILER_PLUGIN_ABI_VERSION) + " needs " +
+               std::to_string(kRequiredTableSize) + " (built against another torch_infini header?)",
+           /*layout_known=*/false);
+  name_ = member(table.name);
+  device_type_ = member(table.device_type);
+  source_language_ = member(table.source_language);
+  for (const auto& [value, what] : {std::pair{&name_, "name"},
+                                    {&device_type_, "device_type"},
+                                    {&source_language_, "source_language"}})
+    if (value->empty()) refuse(std::string("its table has no ") + what);
   if (source_language_ != TORCH_INFINI_SOURCE_CPP && source_language_ != TORCH_INFINI_SOURCE_TRITON)
     refuse("'" + name_ + "' compiles '" + source_language_ + "', which is neither '" +
            TORCH_INFINI_SOURCE_CPP + "' nor '" + TORCH_INFINI_SOURCE_TRITON + "'");
@@ -74,7 +76,9 @@ Plugin::Plugin(std::string origin, const TorchInfiniCompilerPlugin& table, void*
 
 Plugin::~Plugin() {
   if (table_.destroy != nullptr) table_.destroy(table_.context);
-  if (library_ != nullptr) dlclose(library_);
+  // The library stays loaded: launches still queued on a stream may call
+  // into it (a host function, its release), and nothing tells when the last
+  // one ran.
 }
 
 std::string Plugin::describe() const {

@@ -13,10 +13,11 @@
  *   compile strategy   query_pass_pipeline: the plug-in's graph passes, in
  *                      order. A pass acts on a PyTorch FX graph, which C
  *                      cannot hold, so each entry names a Python callable as
- *                      "package.module:function"; torch_infini imports it and
- *                      applies it to the graph (the apply_custom_pass step),
+ *                      "package.module:function",
  *                      `function(graph_module) -> int` returning how many
- *                      rewrites it made.
+ *                      rewrites it made (the apply_custom_pass step).
+ *                      Applying them is not built yet: torch.compile refuses
+ *                      a plug-in whose pipeline is not empty.
  *
  * Built-in plug-ins serve the device types torch_infini knows (the `cpu`
  * plug-in: host and InfiniRT cpu). A vendor ships an external one as a
@@ -27,6 +28,11 @@
  * Errors: a function returns 0 on success; otherwise it writes a message
  * (NUL-terminated, truncated to error_size) and returns non-zero. Nothing
  * here throws across the interface.
+ *
+ * Threads: compile may be called from several threads at once (torch.compile
+ * builds a graph's kernels in parallel); the other functions too, from the
+ * threads that run compiled graphs. A plug-in's library stays loaded until
+ * the process exits.
  */
 #ifndef TORCH_INFINI_COMPILER_PLUGIN_H_
 #define TORCH_INFINI_COMPILER_PLUGIN_H_
@@ -113,8 +119,12 @@ int torch_infini_cpu_compiler_plugin_init(TorchInfiniCompilerPlugin* table, size
 
 /* Queues fn(data) on an infini stream (its native handle), in stream order,
  * for kernels that run on the host's processors. Returns 0, or writes why
- * not. An error fn reports (non-zero return, message in its own buffer) is
- * raised by the stream's next synchronize. */
+ * not. `release` (may be NULL) is called with `data` exactly once on every
+ * path, failure included, when nothing will use `data` any more. An error
+ * fn reports (non-zero return, message in its own buffer) is raised by the
+ * stream's next synchronize where the stream queues work (async host), and
+ * returned by this call where it runs the work at once (inline streams,
+ * InfiniRT cpu, which first waits for the stream). */
 typedef int (*TorchInfiniHostFunction)(void* data, char* error, size_t error_size);
 int torch_infini_launch_host_function(void* stream, TorchInfiniHostFunction fn, void* data,
                                       void (*release)(void* data), char* error, size_t error_size);

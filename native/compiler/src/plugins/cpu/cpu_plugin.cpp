@@ -63,7 +63,6 @@ struct Launch {
 };
 
 struct Context {
-  std::string scratch;  // this process's directory for libraries being loaded
   std::atomic<uint64_t> next_module{0};
 };
 
@@ -89,6 +88,22 @@ int run(const std::string& command, std::string& output) {
   for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
   const int status = pclose(pipe);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The lines of a compiler's output that report errors, at most ~3000 bytes.
+std::string errorLines(const std::string& output) {
+  constexpr size_t kLimit = 3000;
+  std::string lines;
+  std::istringstream stream(output);
+  for (std::string line; std::getline(stream, line);) {
+    if (line.find("error") == std::string::npos) continue;
+    if (lines.size() + line.size() + 1 > kLimit) {
+      lines += "...\n";
+      break;
+    }
+    lines += line + "\n";
+  }
+  return lines.empty() ? output.substr(0, kLimit) : lines;
 }
 
 // A new directory under $TMPDIR (else /tmp); "" with errno set on failure.
@@ -118,13 +133,15 @@ int compile(void* /*context*/, const char* source, const char* options, TorchInf
   std::string output;
   const int status = run(command, output);
   if (status != 0) {
-    // The source stays for the user to look at; the message names it.
-    constexpr size_t kTail = 3000;
-    if (output.size() > kTail) output = "..." + output.substr(output.size() - kTail);
+    // The source and the compiler's whole output stay for the user to look
+    // at; the message names them and quotes the errors (warnings from
+    // headers can run to megabytes).
+    const std::string log_path = dir + "/compiler_output.txt";
+    writeFile(log_path, output.data(), output.size());
     return fail(error, error_size,
                 "the C++ compiler failed (exit status " + std::to_string(status) +
-                    "); the source is kept at " + source_path + "\ncommand: " + command + "\n" +
-                    output);
+                    "); the source is kept at " + source_path + "\ncommand: " + command +
+                    "\nerrors (all output: " + log_path + "):\n" + errorLines(output));
   }
   std::ifstream in(library_path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -150,11 +167,23 @@ const char* runtimeSource(void* /*context*/) { return ""; }
 int moduleLoad(void* context, const void* binary, size_t size, void** module, char* error,
                size_t error_size) {
   auto* ctx = static_cast<Context*>(context);
-  // A name never used before in this process: dlopen returns an already
-  // loaded library for a path it has seen.
-  const std::string path =
-      ctx->scratch + "/module_" + std::to_string(ctx->next_module.fetch_add(1)) + ".so";
-  if (!writeFile(path, binary, size)) return fail(error, error_size, "cannot write " + path);
+  // A name never used before in this process (its pid and a counter in it):
+  // dlopen returns an already loaded library for a path it has seen.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                        "/torch_infini_cpu_module_" + std::to_string(getpid()) + "_" +
+                        std::to_string(ctx->next_module.fetch_add(1)) + "_XXXXXX.so";
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  const int fd = mkstemps(buffer.data(), 3);
+  if (fd < 0)
+    return fail(error, error_size, "cannot create " + pattern + ": " + std::strerror(errno));
+  close(fd);
+  const std::string path = buffer.data();
+  if (!writeFile(path, binary, size)) {
+    std::remove(path.c_str());
+    return fail(error, error_size, "cannot write " + path);
+  }
   dlerror();
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   const char* why = library == nullptr ? dlerror() : nullptr;
@@ -228,11 +257,7 @@ int passPipeline(void* /*context*/, const char* const** names, size_t* count, ch
   return 0;
 }
 
-void destroy(void* context) {
-  auto* ctx = static_cast<Context*>(context);
-  rmdir(ctx->scratch.c_str());
-  delete ctx;
-}
+void destroy(void* context) { delete static_cast<Context*>(context); }
 
 }  // namespace
 
@@ -243,12 +268,7 @@ extern "C" int torch_infini_cpu_compiler_plugin_init(TorchInfiniCompilerPlugin* 
     return fail(error, error_size,
                 "the table storage (" + std::to_string(table_size) + " bytes) is smaller than " +
                     std::to_string(sizeof(TorchInfiniCompilerPlugin)));
-  std::string scratch = makeTempDir("torch_infini_cpu_modules");
-  if (scratch.empty())
-    return fail(error, error_size,
-                std::string("cannot create a directory for modules: ") + std::strerror(errno));
   auto* context = new Context();
-  context->scratch = std::move(scratch);
   TorchInfiniCompilerPlugin t;
   std::memset(&t, 0, sizeof t);
   t.size = sizeof(TorchInfiniCompilerPlugin);

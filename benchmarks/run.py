@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.util
 import json
 import statistics
@@ -567,8 +568,10 @@ def _compiled_training_cases(llama: Any, iters: int) -> list[Case]:
         with torch_infini.cpu_fallback.allowed("silent"):
             return llama.train_step(compiled, optimizers[id(model)], x, y)
 
+    @functools.cache
     def agrees() -> bool:
-        # One step from equal weights, on copies (the timed models move on).
+        # One step from equal weights, on copies (the timed models move on);
+        # checked once for both cases.
         base = llama.Llama(llama.Config())
         cpu, dev = copy.deepcopy(base), copy.deepcopy(base).to(DEVICE)
         loss_cpu = llama.train_step(

@@ -26,8 +26,8 @@ extern "C" int torch_infini_launch_host_function(void* stream, TorchInfiniHostFu
     if (release != nullptr) release(p);
   });
   try {
-    TORCH_CHECK(stream != nullptr && fn != nullptr,
-                "torch_infini_launch_host_function: needs a stream and a function");
+    // A null stream is a runtime's default stream (InfiniRT's, as CUDA's 0).
+    TORCH_CHECK(fn != nullptr, "torch_infini_launch_host_function: needs a function");
     torch_infini::runtime::selectedRuntime().launchHostFunction(stream, [fn, owned] {
       char message[4096] = "";
       if (fn(owned.get(), message, sizeof message) != 0)

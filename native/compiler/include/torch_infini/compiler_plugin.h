@@ -85,7 +85,8 @@ typedef struct TorchInfiniCompilerPlugin {
   /* The kernel `name` of `module`, and how many arguments it takes. */
   int (*get_kernel_address)(void* context, void* module, const char* name, void** function,
                             size_t* num_args, char* error, size_t error_size);
-  /* Queues `function` on `stream` (the infini stream's native handle). Each
+  /* Queues `function` on `stream` (the infini stream's native handle, NULL
+   * for a runtime whose default stream is NULL). Each
    * of the `num_args` arguments is one 8-byte slot (a pointer, an int64_t,
    * or a double) that args[i] points to; the values are read before the
    * call returns. A count other than the kernel's is refused. */
@@ -117,7 +118,8 @@ typedef int (*TorchInfiniCompilerPluginInit)(TorchInfiniCompilerPlugin* table, s
 int torch_infini_cpu_compiler_plugin_init(TorchInfiniCompilerPlugin* table, size_t table_size,
                                           char* error, size_t error_size);
 
-/* Queues fn(data) on an infini stream (its native handle), in stream order,
+/* Queues fn(data) on an infini stream (its native handle; NULL is a
+ * runtime's default stream, as InfiniRT's and CUDA's), in stream order,
  * for kernels that run on the host's processors. Returns 0, or writes why
  * not. `release` (may be NULL) is called with `data` exactly once on every
  * path, failure included, when nothing will use `data` any more. An error

@@ -39,14 +39,6 @@ def _fresh_dynamo() -> None:
     torch._dynamo.reset()
 
 
-def _libtorch_infini() -> Path:
-    """The libtorch_infini.so this process loaded (wheel or build tree)."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        if line.endswith("/libtorch_infini.so"):
-            return Path(line.split()[-1])
-    raise AssertionError("libtorch_infini.so is not mapped")
-
-
 def _build_plugin(directory: Path, source: str, link_torch_infini: bool = False) -> Path:
     """A shared library built from the C `source` against compiler_plugin.h."""
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -57,7 +49,7 @@ def _build_plugin(directory: Path, source: str, link_torch_infini: bool = False)
     library = directory / "libplugin.so"
     command = [compiler, "-shared", "-fPIC", f"-I{HEADER_DIR}", "-o", str(library), str(c_file)]
     if link_torch_infini:
-        lib = _libtorch_infini()
+        lib = Path(_compiler._libtorch_infini())
         command += [f"-L{lib.parent}", "-ltorch_infini", f"-Wl,-rpath,{lib.parent}"]
     proc = subprocess.run(command, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -288,18 +280,23 @@ print("PLUGIN", plugin.name, plugin.origin, ctypes.c_int.in_dll(library, "compil
 """
 
 
-def test_an_external_plugin_serves_its_device_type_instead_of_the_built_in_one(
-    tmp_path: Path,
-) -> None:
-    library = _build_plugin(tmp_path, _WRAPPED_CPU, link_torch_infini=True)
-    proc = run_python(
+def _compile_in_a_process(plugins: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """_COMPILE_IN_A_PROCESS with TORCH_INFINI_COMPILER_PLUGINS naming `plugins`."""
+    return run_python(
         _COMPILE_IN_A_PROCESS,
         env={
-            "TORCH_INFINI_COMPILER_PLUGINS": str(library),
+            "TORCH_INFINI_COMPILER_PLUGINS": str(plugins),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
         },
         timeout=300,
     )
+
+
+def test_an_external_plugin_serves_its_device_type_instead_of_the_built_in_one(
+    tmp_path: Path,
+) -> None:
+    library = _build_plugin(tmp_path, _WRAPPED_CPU, link_torch_infini=True)
+    proc = _compile_in_a_process(library, tmp_path)
     assert proc.returncode == 0, describe(proc)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("PLUGIN "))
     name, origin, compiles = line.split()[1:]
@@ -309,13 +306,6 @@ def test_an_external_plugin_serves_its_device_type_instead_of_the_built_in_one(
 
 def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None:
     missing = tmp_path / "libmissing_plugin.so"
-    proc = run_python(
-        _COMPILE_IN_A_PROCESS,
-        env={
-            "TORCH_INFINI_COMPILER_PLUGINS": str(missing),
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-        },
-        timeout=300,
-    )
+    proc = _compile_in_a_process(missing, tmp_path)
     assert proc.returncode != 0
     assert f"compiler plug-in {missing}: cannot be loaded" in proc.stderr, describe(proc)

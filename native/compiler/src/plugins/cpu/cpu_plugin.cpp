@@ -106,11 +106,15 @@ std::string errorLines(const std::string& output) {
   return lines.empty() ? output.substr(0, kLimit) : lines;
 }
 
-// A new directory under $TMPDIR (else /tmp); "" with errno set on failure.
-std::string makeTempDir(const char* prefix) {
+// $TMPDIR, else /tmp.
+std::string tempBase() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + prefix + "_XXXXXX";
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+// A new directory under tempBase(); "" with errno set on failure.
+std::string makeTempDir(const char* prefix) {
+  std::string pattern = tempBase() + "/" + prefix + "_XXXXXX";
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
   return mkdtemp(buffer.data()) == nullptr ? "" : std::string(buffer.data());
@@ -169,9 +173,7 @@ int moduleLoad(void* context, const void* binary, size_t size, void** module, ch
   auto* ctx = static_cast<Context*>(context);
   // A name never used before in this process (its pid and a counter in it):
   // dlopen returns an already loaded library for a path it has seen.
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                        "/torch_infini_cpu_module_" + std::to_string(getpid()) + "_" +
+  std::string pattern = tempBase() + "/torch_infini_cpu_module_" + std::to_string(getpid()) + "_" +
                         std::to_string(ctx->next_module.fetch_add(1)) + "_XXXXXX.so";
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');

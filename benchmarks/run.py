@@ -544,7 +544,53 @@ def compile_cases(scale: float) -> list[Case]:
             iters,
         ),
         *_compiled_training_cases(llama, iters),
+        *_compiled_generation_cases(llama, iters),
         *_rk4_cases(iters),
+    ]
+
+
+def _compiled_generation_cases(llama: Any, iters: int) -> list[Case]:
+    """32 tokens generated with the KV cache by the Llama compiled with
+    dynamic shapes (one graph for the prompt, one for every decoding step
+    whatever the cache length): against the same generation eager on infini
+    and compiled on the CPU. Warmed up (compiled) before timing."""
+    torch.manual_seed(0)
+    model_cpu = llama.Llama(llama.Config()).eval()
+    model_dev = copy.deepcopy(model_cpu).to(DEVICE)
+    compiled_cpu = torch.compile(model_cpu, dynamic=True)
+    compiled_dev = torch.compile(model_dev, dynamic=True)
+    prompt = llama.batch(32, 8, torch.Generator().manual_seed(1))[0][:1, :9]
+    prompt_dev = prompt.to(DEVICE)
+
+    def generate(model: Any, tokens: torch.Tensor) -> list[int]:
+        with torch.no_grad(), torch_infini.cpu_fallback.allowed("silent"):
+            return llama.generate(model, tokens, 32)[0]
+
+    @functools.cache
+    def agrees() -> bool:
+        # Compiles both on the first call; checked once for both cases.
+        want = generate(model_cpu, prompt)
+        return generate(compiled_dev, prompt_dev) == want == generate(compiled_cpu, prompt)
+
+    return [
+        Case(
+            "compiled vs eager on infini: Llama generate 32 tokens",
+            "time",
+            "<= 1.0",
+            lambda: generate(model_dev, prompt_dev),
+            lambda: generate(compiled_dev, prompt_dev),
+            agrees,
+            max(1, iters // 4),
+        ),
+        Case(
+            "compiled Llama generate 32 tokens (KV cache)",
+            "time",
+            "<= 1.1",
+            lambda: generate(compiled_cpu, prompt),
+            lambda: generate(compiled_dev, prompt_dev),
+            agrees,
+            max(1, iters // 4),
+        ),
     ]
 
 

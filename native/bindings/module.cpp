@@ -36,6 +36,12 @@ void translateErrors(const std::exception_ptr& p, void* /*payload*/) {
 
 NB_MODULE(_C, m) {
   m.doc() = "torch_infini native bindings";
+  // Compiled graphs keep their kernels (_CompilerKernel) in the modules
+  // Inductor generated, which live until the interpreter tears sys.modules
+  // down, after this module's types: nanobind's leak report at exit would
+  // name every kernel of every compiled graph. The plug-in libraries stay
+  // loaded (they are never closed), so nothing is leaked that matters.
+  nb::set_leak_warnings(false);
   nb::register_exception_translator(translateErrors);
   namespace bindings = torch_infini::bindings;
   bindings::bindSelection(m);

@@ -210,7 +210,8 @@ def _identity(compiler: Any) -> tuple[str, ...]:
 
 class _BinaryCache:
     """Compiled binaries by (plug-in, options, source): in memory, and on
-    disk under Inductor's cache directory."""
+    disk under Inductor's cache directory unless Inductor's caches are off
+    (``force_disable_caches``, as for Inductor's own)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -228,6 +229,12 @@ class _BinaryCache:
         with self._lock:
             if key in self._binaries:
                 return self._binaries[key]
+        from torch._inductor import config
+
+        if config.force_disable_caches:
+            binary = compiler.compile(source, options)
+            with self._lock:
+                return self._binaries.setdefault(key, binary)
         path = self._path(key)
         try:
             with open(path, "rb") as f:
@@ -285,13 +292,6 @@ def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
             f"torch.compile on infini: the {compiler.device_type} compiler plug-in "
             f"{compiler.name!r} ({compiler.origin}) compiles {compiler.source_language}, "
             "but Inductor generated C++ for this graph"
-        )
-    passes = compiler.pass_pipeline()
-    if passes:
-        raise NotImplementedError(
-            f"torch.compile on infini: the {compiler.device_type} compiler plug-in "
-            f"{compiler.name!r} ({compiler.origin}) asks for graph passes {passes}, which "
-            "torch_infini does not apply yet"
         )
     full = compiler.runtime_source() + source + _launch_entry(arg_types)
     options = cpp_options()

@@ -23,6 +23,7 @@ module has _patches.py extend them to infini as it loads
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from textwrap import dedent
 from typing import Any
@@ -35,9 +36,11 @@ from torch._dynamo.device_interface import (
 )
 from torch._inductor import config as inductor_config
 from torch._inductor.codegen import common as _common
+from torch._inductor.codegen.common import register_backend_for_device
 from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
-from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # noqa: F401  (the CPU's, as is)
+from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # the CPU's, as is
+from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 from torch._inductor.utils import IndentedBuffer, Placeholder, get_fused_kernel_name
 from torch._inductor.virtualized import V
 
@@ -224,3 +227,76 @@ class InfiniScheduling(CppScheduling):
 
 
 Scheduling = InfiniScheduling
+
+
+class InfiniGraphPasses(CustomGraphModulePass):
+    """The compiler plug-in's graph passes, in its order, on each post-grad
+    graph of infini tensors (Inductor's per-device hook). The pipeline is
+    the plug-in's ``query_pass_pipeline`` (torch_infini/graph_passes); an
+    entry that names no pass raises, naming the plug-in."""
+
+    def _pipeline(self) -> tuple[str, list[Any]]:
+        from . import _compiler, graph_passes
+
+        compiler = _compiler.plugin()
+        label = f"{compiler.name!r} ({compiler.origin})"
+        names = list(compiler.pass_pipeline())
+        return label, [graph_passes.resolve(name, label) for name in names]
+
+    def __call__(self, gm: torch.fx.GraphModule) -> None:
+        _, passes = self._pipeline()
+        for graph_pass in passes:
+            graph_pass(gm)
+
+    def uuid(self) -> Any:
+        # Inductor's FX graph cache key: the plug-in, its pipeline, the
+        # passes' sources (a changed pass recompiles) and which rewrite
+        # targets the backend serves (a graph cached on one backend is not
+        # reused rewritten for another). Inductor asks for it on every
+        # compile, CPU-only graphs included: a plug-in that cannot be used
+        # fails the infini graphs (in __call__, with its error), not those.
+        from . import _compiler, graph_passes
+
+        try:
+            compiler = _compiler.plugin()
+            names = tuple(compiler.pass_pipeline())
+            self._pipeline()
+        except Exception as e:  # noqa: BLE001  (reported by __call__)
+            return ("unusable", type(e).__name__, str(e))
+        return (
+            compiler.name,
+            compiler.origin,
+            names,
+            _hash_of_pass_sources(names),
+            graph_passes.served_key(),
+        )
+
+
+@functools.cache
+def _hash_of_pass_sources(names: tuple[str, ...]) -> str:
+    from . import graph_passes
+
+    return get_hash_for_files(tuple(graph_passes.source_files(names))).hex()
+
+
+def register() -> None:
+    """Registers infini with Inductor, the plug-in's graph passes included.
+
+    Inductor registers an out-of-tree device itself from the device module's
+    ``Scheduling`` and wrapper codegen attributes, but passes no graph pass,
+    and only while the device has none registered. So torch_infini registers
+    first: the device module's lookup of those names (what Inductor asks the
+    first time) calls this, then answers that it has none, and Inductor
+    keeps this registration (infini/__init__.py).
+    """
+    register_backend_for_device(
+        DEVICE,
+        InfiniScheduling,
+        InfiniPythonWrapperCodegen,
+        InfiniCppWrapperCodegen,
+        WrapperFxCodegen,
+        device_custom_pass=InfiniGraphPasses(),
+    )
+
+
+register()

@@ -23,6 +23,7 @@ __all__ = [
     "fused_add_rms_norm",
     "paged_attention",
     "reshape_and_cache_flash",
+    "rms_norm",
     "rotary_embedding",
     "silu_and_mul",
     "swiglu",
@@ -58,6 +59,18 @@ def causal_softmax(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
     CPU fallback).
     """
     return torch.ops.infini.causal_softmax(input)
+
+
+def rms_norm(
+    input: torch.Tensor,  # noqa: A002
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """RMSNorm in one kernel (InfiniOps' rms_norm): ``input * weight /
+    sqrt(mean(input ** 2, -1) + eps)``, computed in float, rounded once.
+    ``weight`` is ``[hidden]`` of the input's dtype. Differentiable in both.
+    torch.compile's graph pass rewrites RMSNorm modules into it."""
+    return torch.ops.infini.rms_norm(input, weight, eps)
 
 
 def add_rms_norm(

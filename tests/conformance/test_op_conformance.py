@@ -78,6 +78,7 @@ EXPECTED_WITHOUT_OPINFO = [
     "aten::set_.source_Tensor",
     # torch.ops.infini's fused operators (tests/python/test_fused_ops.py).
     "infini::causal_softmax",
+    "infini::rms_norm",
     "infini::silu_and_mul",
     "infini::swiglu",
 ]

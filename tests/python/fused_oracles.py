@@ -60,6 +60,13 @@ def causal_softmax(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.masked_fill(~allowed, float("-inf")), -1).masked_fill(~allowed, 0)
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``(x * weight) * rsqrt(mean(x², -1) + eps)`` in float, rounded once."""
+    dt, w = x.dtype, wide(x.dtype)
+    xw = x.to(w)
+    return ((xw * weight.to(w)) * torch.rsqrt(xw.square().mean(-1, keepdim=True) + eps)).to(dt)
+
+
 def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:

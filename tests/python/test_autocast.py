@@ -323,7 +323,7 @@ class _KernelInputs(TorchDispatchMode):
 def test_fused_kernels_follow_the_policy_of_their_aten_counterparts(
     amp_dtype: torch.dtype,
 ) -> None:
-    """README: causal_softmax, topk_softmax and add_rms_norm run in float32
+    """README: causal_softmax, topk_softmax, rms_norm and add_rms_norm run in float32
     (softmax's and rms_norm's policy); swiglu is in no list. The kernels'
     inputs are seen below autocast; results against the stock-PyTorch
     compositions (fused_oracles) of the inputs cast as the policy says."""
@@ -338,6 +338,7 @@ def test_fused_kernels_follow_the_policy_of_their_aten_counterparts(
         with torch.autocast("infini", dtype=amp_dtype):
             soft = ops.causal_softmax(x)  # softmax: float32
             normed, residual = ops.add_rms_norm(x, x, w, 1e-6)  # rms_norm: float32
+            plain = ops.rms_norm(x, w.to(x.dtype), 1e-6)  # rms_norm: float32
             gated = ops.swiglu(x, x)  # in no list: the inputs' dtype
             weights, experts, _ = ops.topk_softmax(g, 2, True, None, None)  # softmax: float32
         weights.backward(torch.ones_like(weights))
@@ -345,6 +346,7 @@ def test_fused_kernels_follow_the_policy_of_their_aten_counterparts(
     assert seen.dtypes == {
         "infini::causal_softmax": [f32],
         "infini::add_rms_norm": [f32, f32, f32],
+        "infini::rms_norm": [f32, f32],
         "infini::swiglu": [amp_dtype, amp_dtype],
         "infini::topk_softmax": [f32],
     }
@@ -361,6 +363,9 @@ def test_fused_kernels_follow_the_policy_of_their_aten_counterparts(
     # the composition makes the kernel's float operations in its order
     assert_matches(normed, want_normed)
     assert_matches(residual, want_residual)
+    assert plain.dtype == f32
+    want_plain = fused_oracles.rms_norm(x32, w_cpu.to(amp_dtype).float(), 1e-6)
+    assert_matches(plain, want_plain, same_kernel=False)
     assert_matches(gated, fused_oracles.swiglu(x_cpu, x_cpu))
     # topk: the renormalized weights divide where the kernel multiplies by
     # the reciprocal: within float32 rounding, not bit for bit
@@ -400,6 +405,7 @@ STOCK_FUSED: dict[str, tuple[Callable[..., Any], bool]] = {
     "infini::swiglu": (fused_oracles.swiglu, True),
     "infini::silu_and_mul": (fused_oracles.silu_and_mul, True),
     "infini::add_rms_norm": (fused_oracles.add_rms_norm, True),
+    "infini::rms_norm": (fused_oracles.rms_norm, True),
     # renormalize divides where the kernel multiplies by the reciprocal
     "infini::topk_softmax": (fused_oracles.topk_softmax, False),
 }

@@ -50,6 +50,8 @@ if torch_infini._C._capabilities()["host_addressable"]:
         "compiled vs eager on infini: Llama forward": ("time", "<= 1.0"),
         "compiled vs eager on infini: Llama train step": ("time", "<= 0.787"),
         "compiled Llama training step [32, 8]": ("time", "<= 1.1"),
+        "compiled vs eager on infini: Llama generate 32 tokens": ("time", "<= 1.0"),
+        "compiled Llama generate 32 tokens (KV cache)": ("time", "<= 1.1"),
         "compiled vs eager on infini: RK4 ODE 4096x40": ("time", "<= 0.465"),
         "compiled RK4 ODE 4096 oscillators x 40 steps": ("time", "<= 1.1"),
     }

@@ -276,7 +276,14 @@ def test_inductor_decides_for_infini_as_for_the_cpu() -> None:
     from torch._inductor import scheduler, utils
     from torch_infini import _inductor
 
-    assert torch.infini.Scheduling is _inductor.Scheduling  # what Inductor asks for
+    # Inductor's registration of infini is torch_infini's own, with the
+    # compiler plug-in's graph passes (Inductor asks the device module for
+    # Scheduling first; that lookup registers and reports no attribute, so
+    # Inductor keeps it).
+    common.init_backend_registration()
+    assert common.get_scheduling_for_device("infini") is _inductor.InfiniScheduling
+    assert isinstance(common.custom_backend_passes["infini"], _inductor.InfiniGraphPasses)
+    assert not hasattr(torch.infini, "Scheduling")
     for module in (utils, common, scheduler):
         assert module.get_current_backend("infini") == "cpp", module.__name__
     assert utils.get_current_backend("cpu") == torch._inductor.config.cpu_backend

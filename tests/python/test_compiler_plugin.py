@@ -10,6 +10,7 @@ compiler against the installed header.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from torch_infini import _C, _compiler
 
 DEVICE = torch.device("infini", 0)
 HEADER_DIR = Path(__file__).resolve().parents[2] / "native" / "compiler" / "include"
+EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "compiler_plugin"
 
 pytestmark = pytest.mark.skipif(
     not _C._capabilities()["host_addressable"],
@@ -105,7 +107,11 @@ def test_the_cpu_plugin_serves_host_addressable_backends() -> None:
         "built-in",
     )
     assert _C._compiler_builtin_device_types() == ["cpu"]
-    assert plugin.pass_pipeline() == []
+    assert plugin.pass_pipeline() == [  # torch_infini/graph_passes
+        "torch_infini.graph_passes.rms_norm:rewrite",
+        "torch_infini.graph_passes.swiglu:rewrite",
+        "torch_infini.graph_passes.causal_softmax:rewrite",
+    ]
     assert plugin.runtime_source() == ""
 
 
@@ -302,6 +308,33 @@ def test_an_external_plugin_serves_its_device_type_instead_of_the_built_in_one(
     name, origin, compiles = line.split()[1:]
     assert (name, origin) == ("counting-cpu", str(library))
     assert int(compiles) >= 1
+
+
+def test_the_example_vendor_plugin_serves_torch_compile_with_its_own_pass(
+    tmp_path: Path,
+) -> None:
+    """examples/compiler_plugin (ctest builds it too): one C file on the cpu
+    table, loaded through TORCH_INFINI_COMPILER_PLUGINS; its run_example.py
+    checks its compiles, launches and graph pass, and the result."""
+    library = _build_plugin(
+        tmp_path, (EXAMPLE_DIR / "example_plugin.c").read_text(), link_torch_infini=True
+    )
+    pythonpath = os.pathsep.join(p for p in (str(EXAMPLE_DIR), os.environ.get("PYTHONPATH")) if p)
+    proc = run_python(
+        (EXAMPLE_DIR / "run_example.py").read_text(),
+        env={
+            "TORCH_INFINI_COMPILER_PLUGINS": str(library),
+            "PYTHONPATH": pythonpath,
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        },
+        timeout=300,
+    )
+    assert proc.returncode == 0, describe(proc)
+    assert re.search(
+        rf"plug-in example-vendor \({re.escape(str(library))}\): [1-9]\d* compiles, "
+        r"[1-9]\d* launches, 1 relu folds",
+        proc.stdout,
+    ), describe(proc)
 
 
 def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
-"""torch.ops.infini's add_rms_norm, fused_add_rms_norm and rotary_embedding.
+"""torch.ops.infini's rms_norm, add_rms_norm, fused_add_rms_norm and rotary_embedding.
 
 The oracle is the definition composed from stock PyTorch operators
 (InfiniOps' kernels written in PyTorch, docs/fused_operators.md; here and in
 fused_oracles.py), never the operators' own C++ reference: the CPU
 implementation and infini (where these run in the CPU fallback: InfiniOps
 has them for CUDA-like device types only) are each compared with it, bit for
-bit, in every floating dtype. Gradients of add_rms_norm and of the
+bit, in every floating dtype (rms_norm on infini runs InfiniOps' kernel:
+PyTorch's tolerances). Gradients of rms_norm, add_rms_norm and of the
 out-of-place rotary, in every dtype, against PyTorch's autograd through the
 stock composition (computed in float, rounded once, as the fused backward
 promises) and gradcheck; the in-place forms refuse a gradient; opcheck
@@ -79,6 +80,62 @@ def rope_cache(max_position: int, rot_dim: int, dtype: torch.dtype = torch.float
     inv = 1.0 / 10000 ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)
     angles = torch.arange(max_position, dtype=torch.float64)[:, None] * inv[None]
     return torch.cat([angles.cos(), angles.sin()], -1).to(dtype)
+
+
+# ---------------------------------------------------------------- rms_norm
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 16), (2, 3, 8), (1, 1), (0, 8), (2, 2, 2, 5)], ids=str)
+def test_rms_norm_is_its_definition_and_infini_matches(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """On infini InfiniOps' rms_norm kernel (2-D and 3-D, the dtypes it
+    declares; the rest in the CPU fallback) multiplies in its own order:
+    PyTorch's tolerances for the dtype."""
+    x, w = make_cpu(shape, dtype, seed=1), make_cpu(shape[-1:], dtype, seed=3)
+    expected = fused_oracles.rms_norm(x, w, 1e-5)
+    assert_matches(ops.rms_norm(x, w, 1e-5), expected, device="cpu", exact=True)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        on_infini = ops.rms_norm(x.to(DEVICE), w.to(DEVICE), 1e-5)
+    assert_matches(on_infini, expected, same_kernel=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_gradients(dtype: torch.dtype) -> None:
+    """Both inputs' gradients against PyTorch's autograd through the stock
+    composition (fused_oracles.rms_norm), on the CPU and on infini; the
+    dtype's default tolerances (the closed-form backward orders its float
+    operations differently)."""
+    x, w = make_cpu((3, 8), dtype, seed=0), make_cpu((8,), dtype, seed=2)
+    grad_out = make_cpu((3, 8), dtype, seed=7)
+
+    def leaves(device: str | torch.device) -> list[torch.Tensor]:
+        return [t.detach().clone().to(device).requires_grad_() for t in (x, w)]
+
+    oracle = leaves("cpu")
+    fused_oracles.rms_norm(*oracle, 1e-6).backward(grad_out)
+    cpu = leaves("cpu")
+    ops.rms_norm(*cpu).backward(grad_out)
+    on_infini = leaves(DEVICE)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        ops.rms_norm(*on_infini).backward(grad_out.to(DEVICE))
+    for name, want, got_cpu, got in zip("xw", oracle, cpu, on_infini, strict=True):
+        assert want.grad is not None and want.grad.abs().max() > 0, name
+        torch.testing.assert_close(got_cpu.grad, want.grad, msg=lambda m, n=name: f"{n}: {m}")
+        assert got.grad is not None and got.grad.device.type == "infini", name
+        torch.testing.assert_close(got.grad.cpu(), want.grad, msg=lambda m, n=name: f"{n}: {m}")
+    if dtype == torch.float64:
+        doubles = [t.detach().clone().requires_grad_() for t in (x, w)]
+        assert torch.autograd.gradcheck(lambda *t: ops.rms_norm(*t, 1e-3), doubles)
+
+
+def test_rms_norm_refuses_a_weight_of_another_dtype_or_size() -> None:
+    x = torch.randn(2, 8, device=DEVICE)
+    with pytest.raises(RuntimeError, match=r"infini::rms_norm: weight must have the input's dtype"):
+        ops.rms_norm(x, torch.ones(8, dtype=torch.float64, device=DEVICE))
+    with pytest.raises(RuntimeError, match=r"infini::rms_norm: expected weight of shape \[8\]"):
+        ops.rms_norm(x, torch.ones(7, device=DEVICE))
 
 
 # ---------------------------------------------------------------- add_rms_norm
@@ -370,6 +427,7 @@ def test_apply_rotary_embedding_gradients(dtype: torch.dtype, is_neox: bool) -> 
 def test_opcheck() -> None:
     """Schemas (what is mutated), Meta kernels and fake tensors, on CPU tensors."""
     x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.randn(8)
+    torch.library.opcheck(torch.ops.infini.rms_norm.default, (x, w, 1e-6))
     torch.library.opcheck(torch.ops.infini.add_rms_norm.default, (x, r, w, 1e-6))
     torch.library.opcheck(
         torch.ops.infini.fused_add_rms_norm.default, (x.clone(), r.clone(), w, 1e-6)

@@ -148,13 +148,12 @@ def _install_submodules(name: str) -> None:
 
 
 # What Inductor asks a device module for the first time it compiles for the
-# device (torch_infini/_inductor.py); imported then, not before.
-_INDUCTOR_HOOKS = {
-    "Scheduling": "Scheduling",
-    "PythonWrapperCodegen": "InfiniPythonWrapperCodegen",
-    "CppWrapperCodegen": "InfiniCppWrapperCodegen",
-    "WrapperFxCodegen": "WrapperFxCodegen",
-}
+# device. torch_infini registers its Inductor backend itself then, with the
+# compiler plug-in's graph passes, which Inductor's own registration from
+# these attributes would drop (torch_infini/_inductor.py, _register): the
+# lookup registers, then reports no such attribute, and Inductor keeps the
+# registration it finds.
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
 
 
 def __getattr__(name: str) -> Any:
@@ -163,7 +162,7 @@ def __getattr__(name: str) -> Any:
     if name == "_initialized":
         return is_initialized()
     if name in _INDUCTOR_HOOKS:
-        from .. import _C, _compile_fallback, _inductor
+        from .. import _C, _compile_fallback
 
         # torch.compile's default backend never gets here for such a backend
         # (_compile_fallback.py); Inductor called some other way does.
@@ -173,5 +172,13 @@ def __getattr__(name: str) -> Any:
                 "memory the CPU can address, which this backend's is not; compile with "
                 "backend='aot_eager'"
             )
-        return getattr(_inductor, _INDUCTOR_HOOKS[name])
+        from .. import _inductor
+
+        _inductor.register()
+
+        raise AttributeError(
+            f"torch.infini.{name}: torch_infini registered its Inductor backend with "
+            "torch._inductor.codegen.common.register_backend_for_device (get_scheduling_for_device"
+            "('infini'))"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,8 +8,8 @@
 // their inputs to the widest dtype. A new PyTorch brings its own lists.
 //
 // torch.ops.infini's fused kernels follow the same policy where their ATen
-// counterpart has one: causal_softmax and topk_softmax (softmax) and
-// add_rms_norm (rms_norm) run in float32. The in-place ones
+// counterpart has one: causal_softmax and topk_softmax (softmax), rms_norm
+// and add_rms_norm (rms_norm) run in float32. The in-place ones
 // (fused_add_rms_norm, rotary_embedding) are not cast: a cast copy would take
 // their writes. The others (silu_and_mul, swiglu, the sampler) are in no
 // list and run in their inputs' dtype.
@@ -68,7 +68,7 @@ void fp32Autocast(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(infini, AutocastPrivateUse1, m) {
-  for (const char* name : {"causal_softmax", "topk_softmax", "add_rms_norm"})
+  for (const char* name : {"causal_softmax", "topk_softmax", "rms_norm", "add_rms_norm"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fp32Autocast>());
 }
 

@@ -11,6 +11,7 @@ TORCH_LIBRARY(infini, m) {
   m.def("swiglu(Tensor input, Tensor gate) -> Tensor");
   m.def("causal_softmax(Tensor input) -> Tensor");
   // rms_norm.cpp
+  m.def("rms_norm(Tensor input, Tensor weight, float eps=1e-6) -> Tensor");
   m.def(
       "add_rms_norm(Tensor input, Tensor residual, Tensor weight, float eps=1e-6) -> "
       "(Tensor, Tensor)");

@@ -1,6 +1,12 @@
-// The residual-add RMSNorm family of InfiniOps as torch.ops.infini
-// operators (docs/fused_operators.md; schemas: library.cpp):
+// The RMSNorm family of InfiniOps as torch.ops.infini operators
+// (docs/fused_operators.md; schemas: library.cpp):
 //
+//   rms_norm -> out
+//     out = (input * weight) * rsqrt(mean(input^2, -1) + eps), computed in
+//     float (double for float64), rounded once; weight [hidden] of the
+//     input's dtype. InfiniOps' rms_norm kernel (as aten::rms_norm on
+//     infini, through the seam). Differentiable. The compiler plug-in's
+//     graph pass rewrites RMSNorm modules into it.
 //   add_rms_norm -> (out, residual_out)
 //     residual_out = input + residual, rounded to the input's dtype; out =
 //     (residual_out * weight) * rsqrt(mean(residual_out^2, -1) + eps),
@@ -10,9 +16,10 @@
 //     (residual * rsqrt(...)) * weight. No derivative (it overwrites its
 //     inputs): with a gradient required it raises, naming add_rms_norm.
 //
-// InfiniOps implements both for CUDA-like device types only (none on its CPU
-// build, so none on `host`): on infini they run in the CPU fallback, under
-// its policy, until those device types are wired to the seam.
+// InfiniOps implements add_rms_norm and fused_add_rms_norm for CUDA-like
+// device types only (none on its CPU build, so none on `host`): on infini
+// they run in the CPU fallback, under its policy, until those device types
+// are wired to the seam.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
@@ -31,13 +38,21 @@ void checkAddRmsNorm(const char* name, const at::Tensor& input, const at::Tensor
               ": expected a floating-point input, got ", input.scalar_type());
   TORCH_CHECK(input.dim() >= 1, name, ": expected an input with a normalized last dimension, got ",
               input.dim(), "-D");
-  TORCH_CHECK(residual.scalar_type() == input.scalar_type() && residual.sizes() == input.sizes(),
-              name, ": residual must have the input's shape and dtype, got ", residual.sizes(), " ",
-              residual.scalar_type(), " for input ", input.sizes(), " ", input.scalar_type());
+  // Sizes compared symbolically: the Meta kernel serves torch.compile(dynamic=True).
+  TORCH_CHECK(residual.scalar_type() == input.scalar_type() && residual.dim() == input.dim(), name,
+              ": residual must have the input's shape and dtype, got ", residual.sym_sizes(), " ",
+              residual.scalar_type(), " for input ", input.sym_sizes(), " ", input.scalar_type());
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    TORCH_SYM_CHECK(residual.sym_size(d).sym_eq(input.sym_size(d)), name,
+                    ": residual must have the input's shape and dtype, got ", residual.sym_sizes(),
+                    " for input ", input.sym_sizes());
+  }
   checkSameDevice(input, residual);
   if (weight.has_value() && weight->defined()) {
-    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == input.size(-1), name,
-                ": expected weight of shape [", input.size(-1), "], got ", weight->sizes());
+    TORCH_CHECK(weight->dim() == 1, name, ": expected a 1-D weight, got ", weight->dim(), "-D");
+    TORCH_SYM_CHECK(weight->sym_size(0).sym_eq(input.sym_size(-1)), name,
+                    ": expected weight of shape [", input.sym_size(-1), "], got ",
+                    weight->sym_sizes());
     TORCH_CHECK(at::isFloatingType(weight->scalar_type()), name,
                 ": expected a floating-point weight, got ", weight->scalar_type());
     checkSameDevice(input, *weight);
@@ -47,6 +62,52 @@ void checkAddRmsNorm(const char* name, const at::Tensor& input, const at::Tensor
 // 1 / sqrt(mean(x^2, -1) + eps) of the wide rounded sum x, [..., 1].
 at::Tensor inverseRms(const at::Tensor& x, double eps) {
   return at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + eps);
+}
+
+// ---- rms_norm ------------------------------------------------------------------------
+
+void checkRmsNorm(const at::Tensor& input, const at::Tensor& weight) {
+  constexpr const char* name = "infini::rms_norm";
+  TORCH_CHECK(at::isFloatingType(input.scalar_type()), name,
+              ": expected a floating-point input, got ", input.scalar_type());
+  TORCH_CHECK(input.dim() >= 1, name, ": expected an input with a normalized last dimension, got ",
+              input.dim(), "-D");
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), name,
+              ": weight must have the input's dtype, got ", weight.scalar_type(), " for input ",
+              input.scalar_type());
+  TORCH_CHECK(weight.dim() == 1, name, ": expected a 1-D weight, got ", weight.dim(), "-D");
+  TORCH_SYM_CHECK(weight.sym_size(0).sym_eq(input.sym_size(-1)), name,
+                  ": expected weight of shape [", input.sym_size(-1), "], got ",
+                  weight.sym_sizes());
+  checkSameDevice(input, weight);
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  checkRmsNorm(input, weight);
+  const c10::ScalarType w = wide(input.scalar_type());
+  const at::Tensor x = input.to(w);
+  return ((x * weight.to(w)) * inverseRms(x, eps)).to(input.scalar_type());
+}
+
+at::Tensor rms_norm_meta(const at::Tensor& input, const at::Tensor& weight, double /*eps*/) {
+  checkRmsNorm(input, weight);
+  return at::empty_symint(input.sym_sizes(), input.options());
+}
+
+at::Tensor rms_norm_infini(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  checkRmsNorm(input, weight);
+  requireKernel("infini::rms_norm", SeamOp::RmsNorm, input.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(input.dim() == 2 || input.dim() == 3,
+                              "infini::rms_norm: the infini kernel takes 2-D and 3-D inputs, got ",
+                              input.dim(), "-D input of shape ", input.sizes());
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.contiguous();
+  at::Tensor out = emptyOnDevice(x, x.sizes());
+  if (out.numel() > 0) {
+    selectedKernelProvider().rmsNorm(toRef(out), toRef(x), toRef(w), static_cast<float>(eps),
+                                     streamOf(out));
+  }
+  return out;
 }
 
 // ---- add_rms_norm --------------------------------------------------------------------
@@ -67,11 +128,13 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_meta(const at::Tensor& input,
                                                      const at::Tensor& residual,
                                                      const at::Tensor& weight, double /*eps*/) {
   checkAddRmsNorm("infini::add_rms_norm", input, residual, weight);
-  return {at::empty(input.sizes(), input.options()), at::empty(input.sizes(), input.options())};
+  return {at::empty_symint(input.sym_sizes(), input.options()),
+          at::empty_symint(input.sym_sizes(), input.options())};
 }
 
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
+at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps);
 void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,
                             const std::optional<at::Tensor>& weight, double eps);
 void fused_add_rms_norm_meta(at::Tensor& input, at::Tensor& residual,
@@ -84,6 +147,14 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
 
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
+struct RmsNorm {
+  static constexpr const char* name = "infini::rms_norm";
+  static constexpr auto cpu = &rms_norm_cpu;
+  static constexpr auto meta = &rms_norm_meta;
+  static constexpr auto infini = &rms_norm_infini;
+  static constexpr SeamOp seam = SeamOp::RmsNorm;
+  static constexpr auto autograd = &rms_norm_autograd;
+};
 struct AddRmsNorm {
   static constexpr const char* name = "infini::add_rms_norm";
   static constexpr auto cpu = &add_rms_norm_cpu;
@@ -99,6 +170,42 @@ struct FusedAddRmsNorm {
 
 // d/dx of y = w * x * r, r = (mean(x^2) + eps)^-1/2 over the last dimension:
 // r * (g * w) - x * r^3 * mean(g * w * x); d/dw = sum over rows of g * x * r.
+// In float (double for float64) from the rounded x; (d/dx wide, d/dw).
+std::pair<at::Tensor, at::Tensor> rmsNormGrads(const at::Tensor& grad, const at::Tensor& x_rounded,
+                                               const at::Tensor& weight, double eps) {
+  const c10::ScalarType w = wide(x_rounded.scalar_type());
+  const at::Tensor x = x_rounded.to(w);
+  const at::Tensor r = inverseRms(x, eps);
+  const at::Tensor g = grad.to(w);
+  const at::Tensor gw = g * weight.to(w);
+  at::Tensor d_x = r * gw - x * r.pow(3) * (gw * x).mean(-1, /*keepdim=*/true);
+  at::Tensor d_weight = (g * x * r).reshape({-1, x.size(-1)}).sum(0).to(weight.scalar_type());
+  return {d_x, d_weight};
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, double eps) {
+    at::Tensor out = callBelowAutograd<RmsNorm>(input, weight, eps);
+    ctx->save_for_backward({input, weight});
+    ctx->saved_data["eps"] = eps;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [d_x, d_weight] =
+        rmsNormGrads(grads[0], saved[0], saved[1], ctx->saved_data["eps"].toDouble());
+    return {d_x.to(saved[0].scalar_type()), d_weight, at::Tensor()};
+  }
+};
+
+at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps) {
+  return RmsNormFunction::apply(input, weight, eps);
+}
+
 class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
@@ -118,15 +225,12 @@ class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> 
     const double eps = ctx->saved_data["eps"].toDouble();
     const c10::ScalarType dtype = residual_out.scalar_type();
     const c10::ScalarType w = wide(dtype);
-    const at::Tensor x = residual_out.to(w);
-    const at::Tensor r = inverseRms(x, eps);
-    at::Tensor d_sum = at::zeros_like(x);
+    at::Tensor d_sum = at::zeros_like(residual_out, residual_out.options().dtype(w));
     at::Tensor d_weight;
     if (grads[0].defined()) {
-      const at::Tensor g = grads[0].to(w);
-      const at::Tensor gw = g * weight.to(w);
-      d_sum = d_sum + r * gw - x * r.pow(3) * (gw * x).mean(-1, /*keepdim=*/true);
-      d_weight = (g * x * r).reshape({-1, x.size(-1)}).sum(0).to(weight.scalar_type());
+      auto [d_x, d_w] = rmsNormGrads(grads[0], residual_out, weight, eps);
+      d_sum = d_sum + d_x;
+      d_weight = d_w;
     }
     if (grads[1].defined()) d_sum = d_sum + grads[1].to(w);
     at::Tensor d_input = d_sum.to(dtype);
@@ -176,6 +280,7 @@ void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(infini, m) {
+  registerFused<RmsNorm>(m);
   registerFused<AddRmsNorm>(m);
   registerFused<FusedAddRmsNorm>(m);
 }

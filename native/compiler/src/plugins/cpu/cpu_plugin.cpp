@@ -251,11 +251,18 @@ int launchKernel(void* /*context*/, void* function, void** args, size_t num_args
                                            error_size);
 }
 
+// The built-in graph passes (python/torch_infini/graph_passes): what
+// InfiniOps has fused kernels for, rewritten into one call each.
+constexpr const char* kPassPipeline[] = {
+    "torch_infini.graph_passes.rms_norm:rewrite",
+    "torch_infini.graph_passes.swiglu:rewrite",
+    "torch_infini.graph_passes.causal_softmax:rewrite",
+};
+
 int passPipeline(void* /*context*/, const char* const** names, size_t* count, char* /*error*/,
                  size_t /*error_size*/) {
-  // No graph passes yet: Inductor's own lowering serves every graph.
-  *names = nullptr;
-  *count = 0;
+  *names = kPassPipeline;
+  *count = std::size(kPassPipeline);
   return 0;
 }
 

@@ -1,17 +1,22 @@
 // torch_infini._C: the compiler plug-ins (torch_infini._compiler): find one
 // per device type, compile, load, look kernels up and launch them on the
 // current infini stream.
+#include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <cstring>
 
 #include "bindings.h"
 #include "torch_infini/compiler/plugin.h"
+#include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/stream.h"
 
 namespace torch_infini::bindings {
@@ -21,9 +26,11 @@ namespace compiler = torch_infini::compiler;
 namespace {
 
 // One 8-byte slot per argument, as the plug-in interface passes them:
-// kinds[i] is 'p' (a pointer, as an int), 'i' (int64_t) or 'f' (double).
+// kinds[i] is 'p' (an infini tensor's data pointer, or a pointer as an
+// int), 'i' (int64_t) or 'f' (double). Tensors are read here rather than in
+// Python: this runs once per kernel launch of every compiled graph.
 std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
-                              const std::string& kinds) {
+                              std::string_view kinds) {
   const size_t n = nb::len(args);
   TORCH_CHECK_VALUE(n == kinds.size(), "kernel '", kernel.name(), "': ", n, " arguments for ",
                     kinds.size(), " argument kinds");
@@ -33,14 +40,34 @@ std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
     if (kinds[i] == 'f') {
       const double value = nb::cast<double>(arg);
       std::memcpy(&slots[i], &value, sizeof value);
+    } else if (kinds[i] == 'p' && THPVariable_Check(arg.ptr())) {
+      const at::Tensor& tensor = THPVariable_Unpack(arg.ptr());
+      TORCH_CHECK_TYPE(tensor.device().type() == c10::DeviceType::PrivateUse1, "argument ", i,
+                       " must be an infini tensor, got ", tensor.device());
+      slots[i] = reinterpret_cast<uint64_t>(tensor.data_ptr());
     } else {
-      TORCH_CHECK_TYPE(PyLong_Check(arg.ptr()), "kernel '", kernel.name(), "' argument ", i,
-                       ": expected an int, got ", nb::inst_name(arg).c_str());
+      TORCH_CHECK_TYPE(PyLong_Check(arg.ptr()), "argument ", i, ": expected ",
+                       kinds[i] == 'p' ? "an infini tensor or an address" : "an int", ", got ",
+                       nb::inst_name(arg).c_str());
       const int64_t value = nb::cast<int64_t>(arg);
       std::memcpy(&slots[i], &value, sizeof value);
     }
   }
   return slots;
+}
+
+// torch.empty_strided(size, stride, dtype=dtype, device="infini") without
+// Python's argument parsing or the dispatcher: what compiled graphs
+// allocate their buffers with (Inductor's empty_strided_cpu/_cuda).
+nb::object emptyStrided(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                        nb::handle dtype) {
+  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype, got ",
+                   nb::inst_name(dtype).c_str());
+  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  at::Tensor tensor = at::detail::empty_strided_generic(
+      size, stride, torch_infini::deviceAllocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), scalar_type);
+  return nb::steal(THPVariable_Wrap(std::move(tensor)));
 }
 
 }  // namespace
@@ -51,7 +78,7 @@ void bindCompiler(nb::module_& m) {
       .def_prop_ro("num_args", &compiler::Kernel::numArgs)
       .def(
           "launch",
-          [](const compiler::Kernel& kernel, nb::handle args, const std::string& kinds,
+          [](const compiler::Kernel& kernel, nb::handle args, std::string_view kinds,
              int64_t device, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
              size_t shared_memory) {
             const std::vector<uint64_t> slots = slotsOf(kernel, args, kinds);
@@ -94,6 +121,9 @@ void bindCompiler(nb::module_& m) {
       });
 
   m.def("_compiler_plugin", &compiler::pluginFor, nb::arg("device_type"));
+  m.def("_compiler_empty_strided", &emptyStrided, nb::arg("size"), nb::arg("stride"),
+        nb::arg("dtype"),
+        "An uninitialized infini tensor on the current device (compiled graphs' buffers).");
   m.def("_compiler_load_external", &compiler::loadExternal, nb::arg("path"));
   m.def("_compiler_add_external", &compiler::addExternal, nb::arg("path"));
   m.def("_compiler_builtin_device_types", &compiler::builtinDeviceTypes);

@@ -28,8 +28,6 @@ import threading
 from importlib import metadata
 from typing import Any
 
-import torch
-
 from . import _C
 
 ENTRY_POINT_GROUP = "torch_infini.compiler_plugins"
@@ -257,7 +255,7 @@ class CppKernel:
     """One of Inductor's C++ kernels, compiled and loaded by the plug-in;
     calling it queues it on the device's current infini stream."""
 
-    __slots__ = ("_kernel", "_kinds", "_pointers", "name")
+    __slots__ = ("_kernel", "_kinds", "name")
 
     def __init__(self, name: str, arg_types: list[str], kernel: Any) -> None:
         self.name = name
@@ -266,23 +264,22 @@ class CppKernel:
         for cpp_type in (t.strip() for t in arg_types):
             kinds.append("p" if cpp_type.endswith("*") else "f" if cpp_type in _FLOATING else "i")
         self._kinds = "".join(kinds)
-        self._pointers = tuple(i for i, kind in enumerate(kinds) if kind == "p")
 
     def launch(self, device: int, *args: Any) -> None:
         if len(args) != len(self._kinds):
             raise ValueError(
                 f"kernel {self.name!r} takes {len(self._kinds)} arguments, got {len(args)}"
             )
-        values = list(args)
-        for i in self._pointers:
-            tensor = values[i]
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "infini":
-                got = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise TypeError(
-                    f"kernel {self.name!r}: argument {i} must be an infini tensor, got {got}"
-                )
-            values[i] = tensor.data_ptr()
-        self._kernel.launch(values, self._kinds, device)
+        try:
+            # Tensors are checked and read in C++ (once per launch).
+            self._kernel.launch(args, self._kinds, device)
+        except TypeError as e:
+            raise TypeError(f"kernel {self.name!r}: {e}") from None
+
+
+# What compiled graphs allocate their buffers with (Inductor's
+# empty_strided_cpu for infini): no argument parsing, no dispatcher.
+empty_strided = _C._compiler_empty_strided
 
 
 def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:

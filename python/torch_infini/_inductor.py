@@ -83,6 +83,30 @@ class _CallsCppKernelsOnInfini:
         self.imports.writeline(  # type: ignore[attr-defined]
             "from torch_infini import _compiler as infini_compiler"
         )
+        self.imports.writeline("empty_strided_infini = infini_compiler.empty_strided")  # type: ignore[attr-defined]
+
+    def make_allocation(
+        self,
+        name: str,
+        device: torch.device,
+        dtype: torch.dtype,
+        shape: Any,
+        stride: Any,
+        allocation_shape: Any = None,
+        is_pinned: bool = False,
+    ) -> str:
+        # Inductor's fast allocation path knows cpu/cuda/xpu/mtia only; the
+        # generic one parses torch.empty_strided's arguments on every call.
+        if device.type != DEVICE or inductor_config.test_configs.track_memory_lifecycle:
+            return super().make_allocation(  # type: ignore[misc]
+                name, device, dtype, shape, stride, allocation_shape, is_pinned
+            )
+        codegen = self.codegen_python_shape_tuple  # type: ignore[attr-defined]
+        allocation = codegen(shape if allocation_shape is None else allocation_shape)
+        out = f"{name} = empty_strided_infini({allocation}, {codegen(stride)}, {dtype})"
+        if allocation != codegen(shape):
+            out += f".as_strided({codegen(shape)}, {codegen(stride)})"
+        return out
 
     def _generate_kernel_call_helper(
         self,

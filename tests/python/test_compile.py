@@ -90,6 +90,8 @@ def _inductor_kernels_run() -> Iterator[list[str]]:
     for code in codes:
         call_code = code.split("def call(", 1)[-1].split("\ndef ", 1)[0]
         assert "synchronize(" not in call_code, "the compiled graph synchronizes"
+        # Buffers come from the fast allocator, not torch.empty_strided's parser.
+        assert "device='infini'" not in call_code, "a buffer allocated the slow way"
     ran = {e.name for e in prof.events() if "cpp_fused_" in e.name}
     missing = [k for k in sorted(defined) if not any(e.endswith(f"_{k}") for e in ran)]
     assert not missing, f"generated kernels that never ran: {missing} (ran: {sorted(ran)})"

@@ -151,6 +151,31 @@ def test_a_launch_with_the_wrong_arguments_is_refused_naming_the_kernel() -> Non
         kernel._kernel.launch([dx.data_ptr(), dx.data_ptr()], "pp", 0)
     with raises_exactly(TypeError, match="kernel 'twice': argument 0 must be an infini tensor"):
         kernel.launch(0, torch.ones(4), dx, 4)
+    with raises_exactly(
+        TypeError, match="kernel 'twice': argument 1: expected an infini tensor or an address"
+    ):
+        kernel.launch(0, dx, "out", 4)
+    with raises_exactly(TypeError, match="kernel 'twice': argument 2: expected an int, got float"):
+        kernel.launch(0, dx, dx, 4.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_compiled_graphs_allocate_as_torch_empty_strided(dtype: torch.dtype) -> None:
+    """empty_strided_infini, the compiled wrapper's allocator: a tensor like
+    torch.empty_strided(..., device="infini") on the current device."""
+    got = _compiler.empty_strided((3, 4), (1, 3), dtype)
+    want = torch.empty_strided((3, 4), (1, 3), dtype=dtype, device="infini")
+    assert (got.shape, got.stride(), got.dtype, got.device) == (
+        want.shape,
+        want.stride(),
+        want.dtype,
+        want.device,
+    )
+    assert got.device.index == torch.infini.current_device()
+    got.fill_(1)
+    assert torch.equal(got.cpu(), torch.ones(3, 4, dtype=dtype))
+    with raises_exactly(TypeError, match="dtype must be a torch.dtype, got str"):
+        _compiler.empty_strided((3,), (1,), "float32")
 
 
 def test_an_exception_in_a_kernel_is_raised_not_lost() -> None:

@@ -16,6 +16,7 @@
 
 #include "bindings.h"
 #include "torch_infini/compiler/plugin.h"
+#include "torch_infini/compiler/triton_compiler.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/stream.h"
 
@@ -70,6 +71,27 @@ nb::object emptyStrided(const std::vector<int64_t>& size, const std::vector<int6
   return nb::steal(THPVariable_Wrap(std::move(tensor)));
 }
 
+// The nvidia plug-in's Triton compiler: `compile(source, options) -> bytes`
+// (torch_infini/_triton.py), called with the GIL from the plug-in's compile
+// (which torch.compile calls with the GIL released).
+void setTritonCompiler(nb::object compile) {
+  // Never destroyed: the plug-in may compile until the process exits, and a
+  // Python object must not be freed after the interpreter.
+  auto* held = new nb::object(std::move(compile));
+  compiler::setTritonCompiler([held](std::string_view source, std::string_view options) {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::object binary =
+          (*held)(nb::str(source.data(), source.size()), nb::str(options.data(), options.size()));
+      return std::string(nb::cast<nb::bytes>(binary).c_str(), nb::len(binary));
+    } catch (nb::python_error& e) {
+      // "TypeError: message", without the traceback what() carries.
+      const std::string type = nb::cast<std::string>(e.type().attr("__name__"));
+      throw std::runtime_error(type + ": " + nb::cast<std::string>(nb::str(e.value())));
+    }
+  });
+}
+
 }  // namespace
 
 void bindCompiler(nb::module_& m) {
@@ -121,6 +143,8 @@ void bindCompiler(nb::module_& m) {
       });
 
   m.def("_compiler_plugin", &compiler::pluginFor, nb::arg("device_type"));
+  m.def("_compiler_set_triton_compiler", &setTritonCompiler, nb::arg("compile"),
+        "Registers the nvidia plug-in's Triton compiler: compile(source, options) -> bytes.");
   m.def("_compiler_empty_strided", &emptyStrided, nb::arg("size"), nb::arg("stride"),
         nb::arg("dtype"),
         "An uninitialized infini tensor on the current device (compiled graphs' buffers).");

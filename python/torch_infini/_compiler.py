@@ -28,7 +28,10 @@ import threading
 from importlib import metadata
 from typing import Any
 
-from . import _C
+from . import _C, _triton
+
+# The nvidia plug-in compiles Triton through Python's triton package.
+_C._compiler_set_triton_compiler(_triton.compile)
 
 ENTRY_POINT_GROUP = "torch_infini.compiler_plugins"
 

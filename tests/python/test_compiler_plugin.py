@@ -106,7 +106,7 @@ def test_the_cpu_plugin_serves_host_addressable_backends() -> None:
         "c++",
         "built-in",
     )
-    assert _C._compiler_builtin_device_types() == ["cpu"]
+    assert _C._compiler_builtin_device_types() == ["cpu", "nvidia"]
     assert plugin.pass_pipeline() == [  # torch_infini/graph_passes
         "torch_infini.graph_passes.rms_norm:rewrite",
         "torch_infini.graph_passes.swiglu:rewrite",

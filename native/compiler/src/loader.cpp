@@ -16,6 +16,10 @@
 
 #include "torch_infini/compiler/plugin.h"
 
+extern "C" int torch_infini_nvidia_compiler_plugin_init(TorchInfiniCompilerPlugin* table,
+                                                        size_t table_size, char* error,
+                                                        size_t error_size);
+
 namespace torch_infini::compiler {
 namespace {
 
@@ -23,8 +27,10 @@ struct Builtin {
   const char* device_type;
   TorchInfiniCompilerPluginInit init;
 };
-// host and InfiniRT cpu both compile for the host's processors.
-constexpr Builtin kBuiltins[] = {{"cpu", &torch_infini_cpu_compiler_plugin_init}};
+// host and InfiniRT cpu both compile for the host's processors; nvidia
+// compiles Triton for the GPU's architecture.
+constexpr Builtin kBuiltins[] = {{"cpu", &torch_infini_cpu_compiler_plugin_init},
+                                 {"nvidia", &torch_infini_nvidia_compiler_plugin_init}};
 
 std::shared_ptr<Plugin> fromInit(TorchInfiniCompilerPluginInit init, const std::string& origin,
                                  void* library) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "plugins/builtin_passes.h"
 #include "torch_infini/compiler_plugin.h"
 
 namespace {
@@ -251,18 +252,10 @@ int launchKernel(void* /*context*/, void* function, void** args, size_t num_args
                                            error_size);
 }
 
-// The built-in graph passes (python/torch_infini/graph_passes): what
-// InfiniOps has fused kernels for, rewritten into one call each.
-constexpr const char* kPassPipeline[] = {
-    "torch_infini.graph_passes.rms_norm:rewrite",
-    "torch_infini.graph_passes.swiglu:rewrite",
-    "torch_infini.graph_passes.causal_softmax:rewrite",
-};
-
 int passPipeline(void* /*context*/, const char* const** names, size_t* count, char* /*error*/,
                  size_t /*error_size*/) {
-  *names = kPassPipeline;
-  *count = std::size(kPassPipeline);
+  *names = torch_infini::compiler::kBuiltinPassPipeline;
+  *count = std::size(torch_infini::compiler::kBuiltinPassPipeline);
   return 0;
 }
 

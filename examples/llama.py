@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import torch_infini
 from torch import nn
 
 
@@ -67,16 +66,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+def _infini_ops():  # noqa: ANN202
+    """torch.ops.infini's fused kernels, imported where infini tensors run
+    (the model also runs on the CPU or CUDA without torch_infini)."""
+    import torch_infini
+
+    return torch_infini.ops
+
+
 def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
     """Softmax of scores [..., t, total] over the keys, new token i seeing the
     cache and new tokens up to itself (key j <= total - t + i).
 
-    On infini the fused kernel; on the CPU (the reference run) stock PyTorch:
-    the mask, then softmax."""
-    if scores.device.type != "cpu":
-        return torch_infini.ops.causal_softmax(scores)
+    On infini the fused kernel; elsewhere (the CPU reference run, or CUDA)
+    stock PyTorch: the mask, then softmax."""
+    if scores.device.type == "infini":
+        return _infini_ops().causal_softmax(scores)
     t, total = scores.shape[-2:]
-    allowed = torch.ones(t, total, dtype=torch.bool).tril(total - t)
+    allowed = torch.ones(t, total, dtype=torch.bool, device=scores.device).tril(total - t)
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
 
 
@@ -84,8 +91,8 @@ def swiglu(up: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     """``up * silu(gate)``: on infini the fused kernel (InfiniOps' on the
     Infini stack), on the CPU (the reference run) stock PyTorch, in float as
     the kernel computes."""
-    if up.device.type != "cpu":
-        return torch_infini.ops.swiglu(up, gate)
+    if up.device.type == "infini":
+        return _infini_ops().swiglu(up, gate)
     wide = torch.float64 if up.dtype == torch.float64 else torch.float32
     return (up.to(wide) * F.silu(gate.to(wide))).to(up.dtype)
 
@@ -242,6 +249,8 @@ def generate(model: Llama, prompt: torch.Tensor, new_tokens: int) -> tuple[list[
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch_infini  # registers the infini device
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--length", type=int, default=8, help="length of the sequence to reverse")

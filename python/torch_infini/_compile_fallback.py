@@ -17,6 +17,7 @@ loads nothing of Dynamo or Inductor, and the wrapper asks this module.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -26,10 +27,17 @@ _warned = False
 
 
 def inductor_serves_infini() -> bool:
-    """Whether Inductor's C++ code generation can run on infini memory."""
-    from . import _backend
+    """Whether Inductor serves infini: its C++ code generation where device
+    memory is host memory, its Triton code generation where the device
+    type's compiler plug-in compiles Triton."""
+    from . import _backend, _compiler
 
-    return _backend.host_addressable()
+    if _backend.host_addressable() and not os.environ.get(_compiler.DEVICE_TYPE_SWITCH):
+        return True
+    try:
+        return _compiler.source_language() == "triton"
+    except Exception:  # noqa: BLE001  (no plug-in: aot_eager, as before)
+        return False
 
 
 def _is_infini(value: Any) -> bool:

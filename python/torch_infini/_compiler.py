@@ -40,11 +40,25 @@ ENTRY_POINT_GROUP = "torch_infini.compiler_plugins"
 _FLOATING = {"float", "double", "const float", "const double"}
 
 
+# Test only: the device type whose plug-in generates code, whatever the
+# backend (the nvidia plug-in's code generation checked without a GPU).
+DEVICE_TYPE_SWITCH = "TORCH_INFINI_COMPILER_DEVICE_TYPE"
+
+
 def device_type() -> str:
     """The device type whose plug-in serves torch.compile: the selected
     InfiniRT type, or ``cpu`` for the host reference device."""
+    chosen = os.environ.get(DEVICE_TYPE_SWITCH)
+    if chosen:
+        return chosen
     backend = _C._backend()
     return "cpu" if backend == "host" else backend
+
+
+def source_language() -> str:
+    """What Inductor generates for infini: the selected plug-in's language
+    ("c++" or "triton")."""
+    return plugin().source_language
 
 
 def _entry_point_libraries() -> list[str]:
@@ -205,7 +219,11 @@ def _identity(compiler: Any) -> tuple[str, ...]:
         build = f"{library}:{stat.st_size}:{stat.st_mtime_ns}"
     except OSError:
         build = f"{library}:unknown"
-    toolchain = _system_compiler() if built_in and compiler.name == "cpu" else ""
+    toolchain = ""
+    if built_in and compiler.name == "cpu":
+        toolchain = _system_compiler()
+    elif built_in and compiler.name == "nvidia":
+        toolchain = _triton.toolchain()
     return (compiler.name, compiler.origin, build, toolchain)
 
 
@@ -340,3 +358,103 @@ def cpp_kernel(name: str, arg_types: list[str], source: str) -> Any:
                 max_workers=threads, thread_name_prefix="torch_infini_compile"
             )
     return _pool.submit(_load_cpp_kernel, name, arg_types, source)
+
+
+# ------------------------------------------------------------- Triton kernels
+
+
+class TritonKernel:
+    """One of Inductor's Triton kernels, compiled and loaded by the plug-in
+    (its first autotuning configuration, no benchmarking); ``run`` queues it
+    on the current infini stream with the grid Inductor's launcher would
+    compute."""
+
+    __slots__ = ("_grid", "_kernel", "_kinds", "name")
+
+    def __init__(self, name: str, kernel: Any, kinds: str, grid: Any) -> None:
+        self.name = name
+        self._kernel = kernel
+        self._kinds = kinds
+        self._grid = grid
+
+    def run(self, *args: Any, stream: Any = None) -> None:
+        del stream  # the current infini stream (the wrapper's raw stream is a placeholder)
+        if len(args) != len(self._kinds):
+            raise ValueError(
+                f"kernel {self.name!r} takes {len(self._kinds)} arguments, got {len(args)}"
+            )
+        grid = self._grid(*args)
+        try:
+            self._kernel.launch(args, self._kinds, -1, grid)
+        except TypeError as e:
+            raise TypeError(f"kernel {self.name!r}: {e}") from None
+
+
+def _launch_kind(triton_type: str) -> str:
+    # The launch slots: pointers, doubles for floating scalars, else int64.
+    if triton_type.startswith("*"):
+        return "p"
+    return "f" if triton_type.startswith(("fp", "bf")) else "i"
+
+
+def _grid_function(autotuner: Any, config: Any, arg_names: list[str]) -> Any:
+    """``grid(*args) -> (x, y, z)``: Inductor's grid expressions for the
+    configuration, over the kernel's arguments (its numels)."""
+    from torch._inductor.runtime.triton_heuristics import GridExpr
+
+    grid = GridExpr.from_meta(autotuner.inductor_meta, config)
+    body = "\n".join(f"    {line}" for line in grid.prefix) or "    pass"
+    constants = ", ".join(f"{k}={v!r}" for k, v in config.kwargs.items())
+    source = (
+        f"def grid({', '.join(arg_names)}, *, {constants or '_unused=None'}):\n{body}\n"
+        f"    return ({grid.x_grid}, {grid.y_grid}, {grid.z_grid})\n"
+    )
+    scope: dict[str, Any] = {}
+    exec(source, scope)  # noqa: S102  (Inductor's own grid expressions)
+    return scope["grid"]
+
+
+def _load_triton_kernel(compiler: Any, binary: bytes) -> Any:
+    """The plug-in's module load and kernel lookup (a test without a GPU
+    replaces it)."""
+    return compiler.load(binary).kernel(_triton.kernel_name(binary))
+
+
+def triton_kernel(name: str, source: str) -> TritonKernel:
+    """What the wrapper Inductor generates for infini calls for each Triton
+    kernel (the nvidia plug-in's language)."""
+    import json
+
+    compiler = plugin()
+    if compiler.source_language != "triton":
+        raise NotImplementedError(
+            f"torch.compile on infini: the {compiler.device_type} compiler plug-in "
+            f"{compiler.name!r} ({compiler.origin}) compiles {compiler.source_language}, "
+            "but Inductor generated Triton for this graph"
+        )
+    autotuner = _triton.kernel_object(source, name)
+    config = autotuner.configs[0]
+    signature = dict(autotuner.triton_meta["signature"])
+    constants = dict(autotuner.triton_meta.get("constants", {}))
+    arg_names = [a for a, t in signature.items() if t != "constexpr" and a not in constants]
+    options = json.dumps(
+        {
+            "kernel": name,
+            "signature": signature,
+            "constexprs": {**constants, **config.kwargs},
+            "arch": _triton.arch(autotuner),
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+        },
+        sort_keys=True,
+    )
+    key = (compiler.name, compiler.origin, options, source)
+    with _loaded_lock:
+        kernel = _loaded.get(key)
+    if kernel is None:
+        kernel = _load_triton_kernel(compiler, _binaries.get(compiler, source, options))
+        with _loaded_lock:
+            kernel = _loaded.setdefault(key, kernel)
+    kinds = "".join(_launch_kind(signature[a]) for a in arg_names)
+    grid = _grid_function(autotuner, config, arg_names)
+    return TritonKernel(name, kernel, kinds, grid)

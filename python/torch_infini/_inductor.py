@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 from textwrap import dedent
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -38,11 +40,13 @@ from torch._inductor import config as inductor_config
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.common import register_backend_for_device
 from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.triton import TritonScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen  # the CPU's, as is
 from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
 from torch._inductor.utils import IndentedBuffer, Placeholder, get_fused_kernel_name
 from torch._inductor.virtualized import V
+from torch._inductor.wrapper_benchmark import get_kernel_category_by_source_code
 
 from . import _patches
 
@@ -194,11 +198,13 @@ class InfiniInterface(DeviceInterface):
 
     @staticmethod
     def get_device_properties(device: torch.types.Device = None) -> Any:
+        if _generates_triton():
+            return _gpu_properties()
         return CpuDeviceProperties(multiprocessing.cpu_count())
 
     @staticmethod
-    def get_compute_capability(device: torch.types.Device = None) -> str:
-        return ""
+    def get_compute_capability(device: torch.types.Device = None) -> Any:
+        return _triton_arch() if _generates_triton() else ""
 
     @staticmethod
     def is_bf16_supported(including_emulation: bool = False) -> bool:
@@ -206,11 +212,46 @@ class InfiniInterface(DeviceInterface):
 
     @staticmethod
     def is_triton_capable(device: torch.types.Device = None) -> bool:
-        return False
+        return _generates_triton()
 
     @staticmethod
     def raise_if_triton_unavailable(device: torch.types.Device = None) -> None:
-        raise RuntimeError("torch.compile on infini generates C++ kernels, not Triton")
+        if not _generates_triton():
+            raise RuntimeError("torch.compile on infini generates C++ kernels, not Triton")
+
+
+# The architecture Triton compiles for (an H100/H200's by default): the GPU
+# run sets it from the device; without a GPU it is what the test compiles for.
+TRITON_ARCH_VARIABLE = "TORCH_INFINI_TRITON_ARCH"
+
+
+def _triton_arch() -> int:
+    return int(os.environ.get(TRITON_ARCH_VARIABLE, "90"))
+
+
+def _generates_triton() -> bool:
+    from . import _compiler
+
+    try:
+        return _compiler.source_language() == "triton"
+    except Exception:  # noqa: BLE001  (a plug-in that cannot load: torch.compile says so)
+        return False
+
+
+def _gpu_properties() -> Any:
+    """What Inductor's Triton heuristics read of a GPU: an sm_90 part's
+    (H100/H200: 132 multiprocessors, 64 Ki registers and 2048 threads
+    each), the architecture from TORCH_INFINI_TRITON_ARCH."""
+    arch = _triton_arch()
+    return SimpleNamespace(
+        multi_processor_count=132,
+        major=arch // 10,
+        minor=arch % 10,
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048,
+        max_threads_per_block=1024,
+        warp_size=32,
+    )
 
 
 _common.register_device_op_overrides(DEVICE, InfiniDeviceOpOverrides())
@@ -251,6 +292,37 @@ class InfiniScheduling(CppScheduling):
 
 
 Scheduling = InfiniScheduling
+
+
+class InfiniTritonScheduling(TritonScheduling):
+    """Inductor's Triton scheduling (the nvidia plug-in's language), its
+    kernels defined through the compiler plug-in
+    (``infini_compiler.triton_kernel``) instead of Inductor's own Triton
+    runtime."""
+
+    def define_kernel(self, src_code: str, node_schedule: Any, kernel: Any) -> str:
+        wrapper = V.graph.wrapper_code
+        if src_code in wrapper.src_to_kernel:
+            return wrapper.src_to_kernel[src_code]
+        fused_name = (
+            get_fused_kernel_name(node_schedule, inductor_config.triton.descriptive_names)
+            if inductor_config.triton.descriptive_names
+            else ""
+        )
+        kernel_category = get_kernel_category_by_source_code(src_code)[:3]
+        kernel_name = "_".join(
+            ["triton", kernel_category, fused_name, wrapper.next_kernel_suffix()]
+        )
+        wrapper.src_to_kernel[src_code] = kernel_name
+        src_code = src_code.replace(str(Placeholder.DESCRIPTIVE_NAME), kernel_name)
+        src_code = src_code.replace(str(Placeholder.KERNEL_NAME), kernel_name)
+        src_code = src_code.replace("#pragma CMT", "#")
+        body = IndentedBuffer()
+        body.writeline(f"infini_compiler.triton_kernel({kernel_name!r}, r'''")
+        body.splice(src_code, strip=True)
+        body.writeline("''')")
+        wrapper.define_kernel(kernel_name, body.getvalue(), gpu=True)
+        return kernel_name
 
 
 class InfiniGraphPasses(CustomGraphModulePass):
@@ -313,9 +385,15 @@ def register() -> None:
     first time) calls this, then answers that it has none, and Inductor
     keeps this registration (infini/__init__.py).
     """
+    from . import _compiler, _triton
+
+    triton = _generates_triton()
+    if triton and os.environ.get(_compiler.DEVICE_TYPE_SWITCH):
+        # The test-only switch: Triton code for a GPU this machine lacks.
+        _triton.install_compile_only_target(_triton_arch())
     register_backend_for_device(
         DEVICE,
-        InfiniScheduling,
+        InfiniTritonScheduling if triton else InfiniScheduling,
         InfiniPythonWrapperCodegen,
         InfiniCppWrapperCodegen,
         WrapperFxCodegen,

@@ -148,11 +148,12 @@ def apply_to_inductor() -> None:
     another device, extended to infini (whose kernels are Inductor's C++ CPU
     kernels, _inductor.py); test_compile.py pins them by name.
 
-    - ``get_current_backend`` answers "cpp" for infini: otherwise an unknown
-      device gets the Triton backend's code paths. It is replaced in every
-      module that imported it by name.
-    - ``BaseSchedulerNode.is_cpu`` is true for infini nodes: otherwise
-      GPU-only scheduler rewrites run on C++ kernels.
+    - ``get_current_backend`` answers "cpp" for infini where the compiler
+      plug-in compiles C++ (otherwise an unknown device gets the Triton
+      backend's code paths), "triton" where it compiles Triton. It is
+      replaced in every module that imported it by name.
+    - ``BaseSchedulerNode.is_cpu`` is true for infini nodes of a C++
+      plug-in: otherwise GPU-only scheduler rewrites run on C++ kernels.
     """
     from torch._inductor import scheduler as _scheduler
     from torch._inductor import utils as _utils
@@ -161,11 +162,13 @@ def apply_to_inductor() -> None:
 
     original_backend = _utils.get_current_backend
 
+    from . import _compiler
+
     def get_current_backend(device_type: str | None = None) -> str:
         if not device_type:
             device_type = V.graph.get_current_device_or_throw().type
         if device_type == "infini":
-            return "cpp"
+            return "triton" if _compiler.source_language() == "triton" else "cpp"
         return original_backend(device_type)
 
     for module in (_utils, _common, _scheduler):
@@ -181,6 +184,10 @@ def apply_to_inductor() -> None:
 
     def is_cpu(self: Any) -> bool:
         device = self.get_device()
-        return device is not None and device.type in ("cpu", "infini")
+        if device is None:
+            return False
+        return device.type == "cpu" or (
+            device.type == "infini" and _compiler.source_language() == "c++"
+        )
 
     _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]

@@ -52,9 +52,9 @@ def _kind(name: str, triton_type: str) -> str:
     return kind
 
 
-def _jit_function(source: str, name: str) -> Any:
-    """The jit function ``name`` that ``source`` defines, imported from a
-    file (Triton reads a kernel's source back through ``inspect``)."""
+def _module_attribute(source: str, name: str) -> Any:
+    """What ``source`` defines as ``name``, the source imported from a file
+    (Triton reads a kernel's source back through ``inspect``)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     directory = os.path.join(tempfile.gettempdir(), f"torch_infini_triton_{os.getuid()}")
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -75,6 +75,78 @@ def _jit_function(source: str, name: str) -> Any:
     if function is None:
         raise ValueError(f"nvidia compiler plug-in: the Triton source defines no kernel {name!r}")
     return function
+
+
+def kernel_object(source: str, name: str) -> Any:
+    """Inductor's autotuner object for kernel ``name`` of a kernel module:
+    its configurations, ``triton_meta`` and ``inductor_meta``."""
+    found = _module_attribute(source, name)
+    if not hasattr(found, "configs"):
+        raise ValueError(f"nvidia compiler plug-in: {name!r} is not an Inductor Triton kernel")
+    return found
+
+
+def arch(autotuner: Any) -> int:
+    """The compute capability Inductor generated a kernel for (its
+    ``DeviceProperties.cc``; the autotuner keeps them apart from
+    ``triton_meta``, whose device it turns into an index)."""
+    props = getattr(autotuner, "device_props", None) or autotuner.triton_meta["device"]
+    return int(props.cc)
+
+
+def kernel_name(binary: bytes) -> str:
+    """The kernel name a binary of the plug-in holds."""
+    name_size = struct.unpack_from("<I", binary, 20)[0]
+    return binary[24 : 24 + name_size].decode()
+
+
+def toolchain() -> str:
+    """What a compiled binary depends on besides source and options."""
+    try:
+        import triton
+    except ImportError:
+        return "triton: not installed"
+    return f"triton {triton.__version__}"
+
+
+def install_compile_only_target(arch_: int) -> None:
+    """Test only (``TORCH_INFINI_COMPILER_DEVICE_TYPE=nvidia`` without a
+    GPU): Triton's active driver reports ``cuda:<arch>`` and nothing else,
+    so Inductor generates Triton and the plug-in compiles it; launching
+    needs the real driver."""
+    import torch
+    import triton
+    from torch._inductor.runtime import triton_helpers
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.driver import DriverBase
+
+    class CompileOnlyTarget(DriverBase):
+        @classmethod
+        def is_active(cls) -> bool:
+            return True
+
+        def get_current_target(self) -> Any:
+            return GPUTarget("cuda", arch_, 32)
+
+        def get_active_torch_device(self) -> Any:
+            return torch.device("infini", 0)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: Any = None) -> int:
+            return 0
+
+        def map_python_to_cpp_type(self, ty: str) -> str:
+            raise NotImplementedError("compile-only Triton target")
+
+        def get_benchmarker(self) -> Any:
+            raise NotImplementedError("compile-only Triton target")
+
+    triton.runtime.driver.set_active(CompileOnlyTarget())
+    # Inductor's kernel modules select the GPU driver as they load; the
+    # compile-only target stays.
+    triton_helpers.set_driver_to_gpu = lambda: None
 
 
 def _num_params(ptx: str, name: str) -> int:
@@ -100,7 +172,10 @@ def compile(source: str, options: str) -> bytes:  # noqa: A001  (the plug-in's w
             "the nvidia compiler plug-in compiles Triton kernels with the triton package, "
             f"which cannot be imported here: {e}"
         ) from e
-    function = _jit_function(source, name)
+    # Inductor's kernels are wrapped in its autotuner; Triton compiles the
+    # jit function inside.
+    found = _module_attribute(source, name)
+    function = found if isinstance(found, triton.runtime.JITFunction) else found.fn
     compiled = triton.compile(
         ASTSource(function, signature, constexprs=opts.get("constexprs", {})),
         target=GPUTarget("cuda", int(opts["arch"]), 32),

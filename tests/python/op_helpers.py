@@ -178,8 +178,19 @@ def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
     on the InfiniRT ``cpu`` backend (see ``_NO_FLOAT16_ON_INFINIRT_CPU``).
     test_operator_table.py checks the product declares exactly these.
     """
+    backend = torch_infini.backend()
+    if backend not in ("host", "cpu"):
+        # An accelerator (the GPU run): what the product declares there, from
+        # what its InfiniOps build instantiates, less float32 matrix products
+        # where InfiniOps computes them in TF32 (refused at PyTorch's default
+        # float32 matmul precision).
+        dtypes = torch_infini.supported_dtypes(op)
+        tf32 = backend in ("nvidia", "metax") and torch.get_float32_matmul_precision() == "highest"
+        if tf32 and op in ("mm", "bmm", "addmm", "matmul", "linear"):
+            dtypes = tuple(d for d in dtypes if d != torch.float32)
+        return dtypes
     dtypes = KERNEL_DTYPES[op]
-    if torch_infini.backend() == "cpu" and op in _NO_FLOAT16_ON_INFINIRT_CPU:
+    if backend == "cpu" and op in _NO_FLOAT16_ON_INFINIRT_CPU:
         dtypes = tuple(d for d in dtypes if d != torch.float16)
     return dtypes
 

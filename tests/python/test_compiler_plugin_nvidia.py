@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
 import struct
+import subprocess
 import sys
 from unittest import mock
 
 import pytest
+import torch_infini
 from infini_testing import raises_exactly
 from torch_infini import _compiler
 
@@ -122,3 +125,129 @@ def test_without_a_cuda_driver_loading_says_so() -> None:
         r"\(libcuda.so.1\) cannot be loaded",
     ):
         _compiler.plugin("nvidia").load(binary)
+
+
+# A graph of infini tensors compiled with the nvidia plug-in selected for
+# code generation (the test-only switch), run by a subprocess that reports
+# as JSON what Inductor generated, what the plug-in compiled and, where the
+# module load is replaced by a recorder ("record"), each launch.
+INDUCTOR_TO_TRITON = """
+import json, struct, sys
+import torch, torch_infini
+from torch_infini import _compiler, _triton
+
+sources, binaries, launches, xblocks = [], [], [], []
+triton_kernel, get = _compiler.triton_kernel, _compiler._binaries.get
+def record_source(name, source):
+    sources.append(source)
+    xblocks.append(_triton.kernel_object(source, name).configs[0].kwargs.get("XBLOCK"))
+    return triton_kernel(name, source)
+def record_binary(compiler, source, options):
+    binary = get(compiler, source, options)
+    binaries.append(binary)
+    return binary
+_compiler.triton_kernel, _compiler._binaries.get = record_source, record_binary
+
+class Recorder:
+    def launch(self, args, kinds, device, grid):
+        launches.append({"kinds": kinds, "grid": list(grid), "args": [
+            a if isinstance(a, int) else str(a.device) for a in args]})
+if sys.argv[1] == "record":
+    _compiler._load_triton_kernel = lambda compiler, binary: Recorder()
+
+def f(x, y):
+    return (x.sin() + y) * 2, (x * y).sum(dim=1)
+
+x, y = torch.randn(8, 300), torch.randn(8, 300)
+error = None
+try:
+    compiled = torch.compile(f)
+    compiled(x.to("infini"), y.to("infini"))
+    compiled(x[:5].to("infini"), y[:5].to("infini"))  # another batch: dynamic sizes
+except Exception as e:
+    error = f"{type(e).__name__}: {e}"
+
+def cubin_arch(b):
+    num_params, name_size = struct.unpack_from("<I", b, 8)[0], struct.unpack_from("<I", b, 20)[0]
+    return struct.unpack_from("<I", b, 24 + name_size + num_params - 2 + 48)[0] & 0xFF
+
+print(json.dumps({
+    "error": error, "sources": sources, "xblocks": xblocks, "launches": launches,
+    "magics": [b[:8].decode() for b in binaries], "cubin_arches": [cubin_arch(b) for b in binaries],
+}))
+"""
+
+
+def _compile_with_the_nvidia_plugin(mode: str) -> dict:
+    pytest.importorskip("triton", reason="Triton is installed by hand, not in CI")
+    env = {
+        **os.environ,
+        _compiler.DEVICE_TYPE_SWITCH: "nvidia",
+        "TORCH_INFINI_TRITON_ARCH": "90",
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", INDUCTOR_TO_TRITON, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(
+    ctypes.util.find_library("cuda") is not None, reason="this machine has a CUDA driver"
+)
+def test_inductor_generates_triton_for_infini_which_the_plugin_compiles_without_a_gpu() -> None:
+    report = _compile_with_the_nvidia_plugin("load")
+    # Inductor generated Triton for the graph of infini tensors: one kernel,
+    # the pointwise outputs fused with the row sums.
+    assert len(report["sources"]) == 1, report["sources"]
+    source = report["sources"][0]
+    assert "@triton.jit" in source and "triton_heuristics" in source and "tl.sum" in source
+    # The plug-in compiled it to a cubin for sm_90 ...
+    assert (report["magics"], report["cubin_arches"]) == (["TINVCUB1"], [90])
+    # ... and loading it needs the CUDA driver this machine lacks.
+    assert report["error"] is not None
+    assert "module_load failed: the CUDA driver (libcuda.so.1) cannot be loaded" in report["error"]
+
+
+def test_the_wrapper_launches_each_triton_kernel_with_inductors_grid_and_arguments() -> None:
+    report = _compile_with_the_nvidia_plugin("record")
+    assert report["error"] is None, report["error"]
+    # Two compiles (batch 8, then batch 5 with dynamic sizes), one launch each:
+    # two input and two output pointers on infini, then the sizes; the grid is
+    # Inductor's, one program per XBLOCK rows.
+    assert len(report["launches"]) == 2 == len(report["xblocks"])
+    for launch, rows, xblock in zip(report["launches"], (8, 5), report["xblocks"], strict=True):
+        assert launch["kinds"] == "ppppii"
+        assert launch["args"] == ["infini:0"] * 4 + [rows, 300]
+        assert launch["grid"] == [-(-rows // xblock), 1, 1]
+
+
+@pytest.mark.skipif(
+    torch_infini.backend() != "nvidia", reason="the GPU run (tools/gpu_run.sh) selects nvidia"
+)
+def test_on_a_gpu_a_compiled_graph_runs_the_plugins_triton_kernels() -> None:
+    import torch
+
+    sources: list[str] = []
+    triton_kernel = _compiler.triton_kernel
+
+    def record(name: str, source: str) -> object:
+        sources.append(source)
+        return triton_kernel(name, source)
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x.sin() + y) * 2, (x * y).sum(dim=1)
+
+    x, y = torch.randn(8, 300), torch.randn(8, 300)
+    with mock.patch.object(_compiler, "triton_kernel", record):
+        got = torch.compile(f)(x.to("infini"), y.to("infini"))
+    want = f(x, y)
+    assert sources and all("@triton.jit" in s for s in sources)
+    for g, w in zip(got, want, strict=True):
+        assert g.device.type == "infini" and g.stride() == w.stride()
+        torch.testing.assert_close(g.cpu(), w, rtol=1.3e-6, atol=1e-5)

@@ -22,6 +22,9 @@ namespace {
 
 // Names ATen's registration macros use unqualified.
 using namespace at::autocast;  // NOLINT(google-build-using-namespace)
+#if __has_include(<ATen/core/Dimname.h>)
+using at::DimnameList;  // a PyTorch with named tensors (2.11): its lists name it unqualified
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

@@ -28,8 +28,25 @@ class CatGeometry final : public at::meta::structured_cat {
   // which the meta step refuses.
   CatGeometry(at::Tensor& out, const at::Tensor* like) : out_(out), like_(like) {}
 
+  // The meta step's output. A PyTorch with named tensors (2.11) passes the
+  // outputs' names too; 2.13 has none.
+#if __has_include(<ATen/core/Dimname.h>)
+  void set_output_raw_strided(int64_t /*output_idx*/, at::IntArrayRef sizes,
+                              at::IntArrayRef strides, at::TensorOptions options,
+                              at::DimnameList /*names*/) override {
+    setOutput(sizes, strides, options);
+  }
+#else
   void set_output_raw_strided(int64_t /*output_idx*/, at::IntArrayRef sizes,
                               at::IntArrayRef strides, at::TensorOptions options) override {
+    setOutput(sizes, strides, options);
+  }
+#endif
+
+  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
+
+ private:
+  void setOutput(at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options) {
     if (!out_.defined()) {
       const auto format = options.memory_format_opt();
       if (like_ != nullptr && strides.empty() &&
@@ -50,9 +67,6 @@ class CatGeometry final : public at::meta::structured_cat {
     }
   }
 
-  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return out_; }
-
- private:
   at::Tensor& out_;
   const at::Tensor* like_;
 };

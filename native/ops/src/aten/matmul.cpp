@@ -4,6 +4,7 @@
 // addmm is one Gemm with the bias as C where the provider has gemmBias()
 // (host: the CPU's addmm), else Gemm (alpha) then Add (beta * bias).
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/MaybeOwned.h>
@@ -31,6 +32,24 @@ c10::MaybeOwned<at::Tensor> gemmOperand(const at::Tensor& t) {
                          : c10::MaybeOwned<at::Tensor>::owned(t.contiguous());
 }
 
+// Refuses a gemm the provider would compute below PyTorch's precision for
+// `dtype` (float32 through TF32 is allowed where the float32 matmul precision
+// is "high" or "medium", as on CUDA).
+void requireFullPrecision(const char* name, c10::ScalarType dtype) {
+  KernelProvider& k = selectedKernelProvider();
+  const char* reduced = k.gemmReducedPrecision(dtype);
+  if (reduced == nullptr) return;
+  const bool tf32_allowed =
+      dtype == c10::ScalarType::Float &&
+      at::globalContext().float32MatmulPrecision() != at::Float32MatmulPrecision::HIGHEST;
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      tf32_allowed, name, ": dtype ", c10::toString(dtype), " is not supported on infini by the '",
+      k.name(), "' kernel provider (gemm kernel): it ", reduced,
+      " on this device type, below PyTorch's default precision",
+      dtype == c10::ScalarType::Float ? " (torch.set_float32_matmul_precision('high') allows TF32)"
+                                      : "");
+}
+
 void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, int64_t dim) {
   checkInfiniTensor(name, "the first operand", a);
   checkInfiniTensor(name, "the second operand", b);
@@ -50,6 +69,7 @@ void checkOperands(const char* name, const at::Tensor& a, const at::Tensor& b, i
   }
   TORCH_CHECK(a.size(-1) == b.size(-2), name, ": mat1 and mat2 shapes cannot be multiplied (",
               a.size(-2), "x", a.size(-1), " and ", b.size(-2), "x", b.size(-1), ")");
+  requireFullPrecision(name, a.scalar_type());
   requireKernel(name, SeamOp::Gemm, a.scalar_type());
 }
 

@@ -78,6 +78,11 @@ class KernelProvider {
                     const TensorRef* c, float alpha, float beta, runtime::StreamHandle stream) = 0;
   virtual bool gemmBias() const = 0;           // c accepted
   virtual bool gemmStridedOutput() const = 0;  // out of any strides accepted
+  // Where the gemm computes `dtype` below PyTorch's default precision (float32
+  // through TF32, float16 accumulated in float16), how; else nullptr. The
+  // bridge then refuses it (float32 unless torch.set_float32_matmul_precision
+  // allows TF32), so nothing is computed less precisely than asked.
+  virtual const char* gemmReducedPrecision(c10::ScalarType /*dtype*/) const { return nullptr; }
   // out = f(x) for a unary seam operator `op` (isUnary(op), unary_operators.h);
   // out and x of one shape, any strides.
   virtual void unary(SeamOp op, const TensorRef& out, const TensorRef& x,

@@ -214,6 +214,19 @@ class InfiniOpsKernels final : public KernelProvider {
   bool gemmBias() const override { return false; }
   bool gemmStridedOutput() const override { return false; }
 
+  // InfiniOps' BLAS compute types (src/native/cuda/<vendor>/blas_utils.h):
+  // NVIDIA's and MetaX's float32 gemm is *_COMPUTE_32F_FAST_TF32, Moore's
+  // float16 gemm is MUBLAS_COMPUTE_16F (PyTorch: float32 and float32
+  // accumulation by default).
+  const char* gemmReducedPrecision(c10::ScalarType dtype) const override {
+    if (dtype == c10::ScalarType::Float &&
+        (type_ == DeviceType::kNvidia || type_ == DeviceType::kMetax))
+      return "computes float32 matrix products in TF32";
+    if (dtype == c10::ScalarType::Half && type_ == DeviceType::kMoore)
+      return "accumulates float16 matrix products in float16";
+    return nullptr;
+  }
+
   void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
              runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();

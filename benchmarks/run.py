@@ -799,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", help="run the cases whose name contains TEXT (repeatable)"
     )
+    parser.add_argument(
+        "--exclude", action="append", help="skip the cases whose name contains TEXT (repeatable)"
+    )
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -813,6 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for case in all_cases(scale):
         if args.only and not any(text in case.name for text in args.only):
+            continue
+        if args.exclude and any(text in case.name for text in args.exclude):
             continue
         results.append(run_case(case, rounds))
         print(render(results[-1:]).splitlines()[-1], flush=True)

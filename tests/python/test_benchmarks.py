@@ -58,13 +58,15 @@ if torch_infini._C._capabilities()["host_addressable"]:
 
 
 # The harness is the same whatever the streams: CI runs this test in its
-# inline pass and the harness itself in its benchmark step; the async pass
-# would only repeat a minute of compiles (CI's time limits).
+# inline pass and the harness itself, every case, in its benchmark step
+# (where a result that differs from the CPU fails the run too). The compiled
+# cases are left to that step: with Inductor's cache cold, as on a fresh CI
+# machine, their compiles took minutes here as well (CI's time limits).
 @pytest.mark.skipif(has_async_host(), reason="mode-independent; CI runs it in the inline pass")
 def test_quick_run_checks_every_case_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(RUN), "--quick", "--json", str(out)],
+        [sys.executable, str(RUN), "--quick", "--exclude", "compiled", "--json", str(out)],
         capture_output=True,
         text=True,
         env=dict(os.environ),
@@ -75,8 +77,9 @@ def test_quick_run_checks_every_case_and_writes_json(tmp_path: Path) -> None:
     payload = json.loads(out.read_text())
     assert payload["threads"] == 1
     results = {r["name"]: r for r in payload["results"]}
-    assert set(results) == set(CASES)
-    for name, (kind, target) in CASES.items():
+    measured = {name: case for name, case in CASES.items() if "compiled" not in name}
+    assert set(results) == set(measured)
+    for name, (kind, target) in measured.items():
         r = results[name]
         assert (r["kind"], r["target"]) == (kind, target), name
         assert all(math.isfinite(x) and x > 0 for x in r["rounds"]), name

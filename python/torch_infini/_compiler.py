@@ -103,7 +103,7 @@ def cpp_options() -> str:
     return _cpp_options(
         pick_vec_isa(),
         (
-            cpp.march,
+            getattr(cpp, "march", None),  # PyTorch 2.13 has it, 2.11 not
             cpp.enable_unsafe_math_opt_flag,
             cpp.enable_floating_point_contract_flag,
             cpp.cxx,

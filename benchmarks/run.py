@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import importlib.util
 import json
 import statistics
 import sys
@@ -33,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import llama_example
 import torch
 import torch_infini
 from torch import nn
@@ -398,22 +398,11 @@ def random_cases(scale: float) -> list[Case]:
     ]
 
 
-def _load_llama() -> Any:
-    """examples/llama.py, the main job's model (not a package: loaded by path)."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "llama.py"
-    spec = importlib.util.spec_from_file_location("torch_infini_example_llama", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def llama_cases(scale: float) -> list[Case]:
     """The main job's Llama as a whole: forward, one AdamW training step, 32
     generated tokens with the KV cache; against the same model on the CPU
     (CPU eager). Checked first: equal logits, losses and tokens on host."""
-    llama = _load_llama()
+    llama = llama_example.load()
     cfg = llama.Config()
     torch.manual_seed(0)
     model_cpu = llama.Llama(cfg)
@@ -487,7 +476,7 @@ def compile_cases(scale: float) -> list[Case]:
     serve infini: no cases."""
     if not torch_infini._C._capabilities()["host_addressable"]:
         return []
-    llama = _load_llama()
+    llama = llama_example.load()
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).eval()
     mlp_dev = copy.deepcopy(mlp).to(DEVICE)
@@ -713,7 +702,7 @@ def amp_cases(scale: float) -> list[Case]:
     CPU's own policy, which PyTorch defines separately)."""
     a, b = torch.randn(1024, 1024).bfloat16(), torch.randn(1024, 1024).bfloat16()
     da, db = a.to(DEVICE), b.to(DEVICE)
-    llama = _load_llama()
+    llama = llama_example.load()
     torch.manual_seed(0)
     model_cpu = llama.Llama(llama.Config())
     model_dev = copy.deepcopy(model_cpu).to(DEVICE)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llama_example
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -136,20 +136,8 @@ def copy_cases() -> list[dict[str, Any]]:
     return results
 
 
-def _load_llama() -> Any:
-    """examples/llama.py, the main job's model (loaded by path; it imports
-    torch_infini only where infini tensors run)."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "llama.py"
-    spec = importlib.util.spec_from_file_location("torch_infini_example_llama", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def llama_case() -> dict[str, Any]:
-    llama = _load_llama()
+    llama = llama_example.load()
     cfg = llama.Config()
     torch.manual_seed(0)
     model = llama.Llama(cfg)

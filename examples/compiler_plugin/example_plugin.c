@@ -39,12 +39,15 @@ static int example_launch(void* context, void* function, void** args, size_t num
 }
 
 /* The compile strategy: the vendor's pass, then the built-in rewrites. */
+/* clang-format off */
 static const char* const pipeline[] = {
     "example_vendor_passes:fold_repeated_relu",
     "torch_infini.graph_passes.rms_norm:rewrite",
     "torch_infini.graph_passes.swiglu:rewrite",
     "torch_infini.graph_passes.causal_softmax:rewrite",
+    "torch_infini.graph_passes.rotary:rewrite",
 };
+/* clang-format on */
 
 static int example_pipeline(void* context, const char* const** names, size_t* count, char* error,
                             size_t error_size) {

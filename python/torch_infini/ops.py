@@ -25,6 +25,7 @@ __all__ = [
     "reshape_and_cache_flash",
     "rms_norm",
     "rotary_embedding",
+    "rotary_embedding_functional",
     "silu_and_mul",
     "swiglu",
     "top_k_top_p_sample",
@@ -182,6 +183,24 @@ def apply_rotary_embedding(
             "apply_rotary_embedding: cos_sin_cache is a constant table; it gets no gradient"
         )
     return _Rotary.apply(positions, query, key, head_size, cos_sin_cache, is_neox)
+
+
+def rotary_embedding_functional(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    inverse: bool = False,
+) -> torch.Tensor:
+    """:func:`rotary_embedding` of ``query`` alone, out of place: a new
+    contiguous tensor (the layout the kernel takes), ``query`` untouched.
+    Differentiable in ``query`` (the gradient is the inverse rotation; the
+    cache gets none). What the compiler plug-in's rotary graph pass rewrites
+    a model's rotation into: a compiled graph is functional."""
+    return torch.ops.infini.rotary_embedding_functional(
+        positions, query, head_size, cos_sin_cache, is_neox, inverse
+    )
 
 
 def topk_softmax(

@@ -76,9 +76,12 @@ EXPECTED_WITHOUT_OPINFO = [
     "aten::set_.source_Storage",
     "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor",
-    # torch.ops.infini's fused operators (tests/python/test_fused_ops.py).
+    # torch.ops.infini's fused operators (tests/python/test_fused_ops.py,
+    # test_fused_rms_norm_rotary.py).
     "infini::causal_softmax",
     "infini::rms_norm",
+    "infini::rotary_embedding",
+    "infini::rotary_embedding_functional",
     "infini::silu_and_mul",
     "infini::swiglu",
 ]

@@ -144,7 +144,16 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "infini::swiglu": FLOAT_DTYPES,
     # InfiniOps' causal_softmax computes in float: no float64
     "infini::causal_softmax": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' rotary_embedding takes float32 and the half types
+    "infini::rotary_embedding": REDUCED_DTYPES + (torch.float32,),
+    "infini::rotary_embedding_functional": REDUCED_DTYPES + (torch.float32,),
 }
+
+# InfiniOps implements these on accelerators only: host serves them (in
+# their accelerator dtypes, with the CPU's kernels), InfiniRT ``cpu`` not.
+_NONE_ON_INFINIRT_CPU = frozenset(
+    {"infini::rotary_embedding", "infini::rotary_embedding_functional"}
+)
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa
 # instead of rounding to nearest even (1.00146484 -> 0x3c01 where PyTorch gives
@@ -190,6 +199,8 @@ def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
             dtypes = tuple(d for d in dtypes if d != torch.float32)
         return dtypes
     dtypes = KERNEL_DTYPES[op]
+    if backend == "cpu" and op in _NONE_ON_INFINIRT_CPU:
+        return ()
     if backend == "cpu" and op in _NO_FLOAT16_ON_INFINIRT_CPU:
         dtypes = tuple(d for d in dtypes if d != torch.float16)
     return dtypes

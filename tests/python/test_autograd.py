@@ -94,6 +94,18 @@ CASES: dict[str, GradCase] = {
     "causal_softmax": GradCase(
         "infini::causal_softmax", torch.ops.infini.causal_softmax, [(2, 3, 5)]
     ),
+    # query [B, S, heads, d] rotated out of place (the cache is a constant).
+    "rotary_embedding_functional": GradCase(
+        "infini::rotary_embedding_functional",
+        lambda q: torch.ops.infini.rotary_embedding_functional(
+            torch.tensor([[0, 1, 2], [5, 6, 7]], device=q.device),
+            q,
+            8,
+            (torch.arange(64, dtype=torch.float32).view(8, 8) / 7).to(q.device),
+            True,
+        ),
+        [(2, 3, 2, 8)],
+    ),
     # PyTorch takes the fused cells off the CPU; the CPU's unfused path rounds
     # differently: PyTorch's tolerances. Inputs scaled into the gates' range.
     "lstm_cell": GradCase(
@@ -156,6 +168,9 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "gradients; not differentiable, as on the CPU",
     "aten::_amp_update_scale_": "GradScaler's scale update; not differentiable, as on the CPU",
     "infini::top_k_top_p_sample": "returns token ids (int64): nothing to differentiate",
+    "infini::rotary_embedding": "rotates query and key in place and refuses a gradient "
+    "(test_fused_rms_norm_rotary.py checks the refusal, and the gradients of its "
+    "differentiable form, apply_rotary_embedding)",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",
     "aten::bernoulli.out": "out= variant",

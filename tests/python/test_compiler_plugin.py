@@ -111,6 +111,7 @@ def test_the_cpu_plugin_serves_host_addressable_backends() -> None:
         "torch_infini.graph_passes.rms_norm:rewrite",
         "torch_infini.graph_passes.swiglu:rewrite",
         "torch_infini.graph_passes.causal_softmax:rewrite",
+        "torch_infini.graph_passes.rotary:rewrite",
     ]
     assert plugin.runtime_source() == ""
 

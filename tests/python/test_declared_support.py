@@ -6,7 +6,8 @@ native/ops/src/seam/declared_support.cpp which of them torch-infini refuses.
 Here, on whichever backend the suite runs:
 
 * the dtypes the operator table reports are exactly the declared, unrefused
-  ones for the backend's device type (host: InfiniOps' ``cpu`` column);
+  ones for the backend's device type (host: InfiniOps' ``cpu`` column, and
+  for an operator InfiniOps has on accelerators only, their dtypes);
 * every such pair runs natively (the CPU fallback off) and matches the CPU;
 * one pair per operator that is not declared, or refused, raises
   NotImplementedError naming the dtype and the kernel.
@@ -74,7 +75,20 @@ CALLS: dict[str, tuple[str, Call]] = {
         lambda dt, d: torch_infini.ops.causal_softmax(_t((2, 3, 5), dt, d, 1)),
     ),
     "cat": ("cat", lambda dt, d: torch.cat([_t((2, 3), dt, d, 1), _t((1, 3), dt, d, 2)])),
+    "rotary_embedding": ("infini::rotary_embedding", lambda dt, d: _rotated(dt, d)),
 }
+
+
+def _rotated(dtype: torch.dtype, device: str) -> torch.Tensor:
+    """rotary_embedding of a query [B, S, heads, d] in place, with a cache
+    of its dtype; returns the query."""
+    q = _t((2, 3, 2, 8), dtype, device, 1)
+    cache = _t((6, 8), dtype, device, 2)
+    positions = torch.arange(6).view(2, 3).to(device)
+    torch_infini.ops.rotary_embedding(positions, q, None, 8, cache, True)
+    return q
+
+
 # Seam operators that never refuse: copies and casts of a dtype the provider
 # lacks are staged through the host instead (test_copy.py).
 NEVER_REFUSED = {"copy", "cast"}
@@ -86,8 +100,13 @@ def _device_type() -> str:
 
 
 def _native(op: str) -> set[torch.dtype]:
-    """The declared, unrefused dtypes of seam operator ``op`` on this backend."""
+    """The declared, unrefused dtypes of seam operator ``op`` on this backend
+    (host: InfiniOps' ``cpu`` column; for an operator InfiniOps implements
+    on accelerators only, the dtypes it declares there)."""
     host = torch_infini.backend() == "host"
+    rows = [d for d in declarations() if d.op == op]
+    if host and not any(d.device_type == "cpu" for d in rows):
+        return {d.dtype for d in rows if d.host_refusal is None}
     return {
         d.dtype
         for d in declarations()

@@ -468,7 +468,7 @@ def test_every_fused_operator_has_cpu_meta_and_autograd_kernels() -> None:
     # library.cpp holds the schemas and registerFused() the kernels: an
     # operator defined without them would run nowhere, or lose its gradient.
     names = _infini_operators()
-    assert len(names) == 11, names  # docs/fused_operators.md lists eleven
+    assert len(names) == 12, names  # docs/fused_operators.md lists twelve
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in names:
         for key in ("CPU", "Meta", "Autograd"):

@@ -295,14 +295,25 @@ def test_bad_input_raises_the_cpu_error_on_every_device() -> None:
 
 def test_refused_with_the_fallback_off() -> None:
     x, w = torch.ones(2, 4, device=DEVICE), torch.ones(4, device=DEVICE)
-    positions, q = torch.arange(2).to(DEVICE), torch.ones(2, 8, device=DEVICE)
-    cache = rope_cache(4, 8).to(DEVICE)
     with torch_infini.cpu_fallback.strict():
         with raises_exactly(NotImplementedError, match="'infini::add_rms_norm' has no infini"):
             ops.add_rms_norm(x, x, w)
-        with raises_exactly(NotImplementedError, match="'infini::rotary_embedding' has no infini"):
-            ops.rotary_embedding(positions, q, None, 8, cache, True)
-    assert torch.equal(q.cpu(), torch.ones(2, 8))  # untouched
+    # rotary_embedding is a seam operator: a dtype the backend does not serve
+    # (float64 everywhere: InfiniOps' kernel takes float32 and the half types)
+    # is refused with the fallback off, naming the provider, and the query is
+    # left untouched.
+    positions = torch.arange(2).to(DEVICE)
+    q = torch.ones(2, 8, dtype=torch.float64, device=DEVICE)
+    cache = rope_cache(4, 8, torch.float64).to(DEVICE)
+    assert torch.float64 not in torch_infini.supported_dtypes("infini::rotary_embedding")
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(
+            NotImplementedError, match=r"rotary_embedding: dtype Double .*kernel provider"
+        ),
+    ):
+        ops.rotary_embedding(positions, q, None, 8, cache, True)
+    assert torch.equal(q.cpu(), torch.ones(2, 8, dtype=torch.float64))  # untouched
 
 
 # ---------------------------------------------------------------- rotary
@@ -365,6 +376,139 @@ def test_rotary_partial_offset_batched_positions_and_views() -> None:
     # and the k, v parts of the projection untouched (the definition keeps them)
     assert_matches(on_device, expected, exact=True)
     assert torch.equal(expected[..., :offset], qkv[..., :offset])
+
+
+ROTARY_SERVED = torch_infini.supported_dtypes("infini::rotary_embedding")
+
+
+@pytest.mark.parametrize("dtype", ROTARY_SERVED, ids=str)
+def test_rotary_runs_natively_where_the_backend_serves_it(dtype: torch.dtype) -> None:
+    """A served dtype (host: InfiniOps' accelerator dtypes, run by the CPU
+    kernel on the device memory) runs with the fallback off, query and key
+    in the layouts models give it: [B, S] positions, a query [B, S, heads,
+    d] (a projection's output viewed per head), a key of fewer heads cut
+    from a fused key-value projection; a cache in another served dtype."""
+    positions = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])
+    cache = rope_cache(8, 8, torch.float32 if dtype != torch.float32 else torch.bfloat16)
+    q = make_cpu((2, 4, 32), dtype, seed=31).view(2, 4, 4, 8)
+    kv = make_cpu((2, 4, 2, 2, 8), dtype, seed=32)  # [B, S, k|v, kv_heads, d]
+    k = kv[:, :, 0]
+    want_q = rotary_definition(positions, q, 8, cache, True)
+    want_k = rotary_definition(positions, k, 8, cache, True)
+    q_dev = q.to(DEVICE)
+    kv_dev = kv.to(DEVICE)
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.strict():
+        ops.rotary_embedding(
+            positions.to(DEVICE), q_dev, kv_dev[:, :, 0], 8, cache.to(DEVICE), True
+        )
+    assert torch_infini.cpu_fallback.stats() == {}
+    # host runs the CPU kernel: bit for bit (assert_matches); InfiniOps'
+    # kernel: PyTorch's tolerances for the dtype.
+    assert_matches(q_dev, want_q)
+    assert_matches(kv_dev[:, :, 0], want_k)
+    assert torch.equal(kv_dev[:, :, 1].cpu(), kv[:, :, 1])  # the values: untouched
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["int32 positions", "strided head dimension", "unevenly strided tokens"],
+)
+def test_rotary_layouts_the_kernel_does_not_take_run_in_the_fallback(case: str) -> None:
+    """The kernel's contract (InfiniOps indexes token i at i * stride, with
+    int64 positions and a unit stride within a head): other layouts are
+    refused to the CPU fallback, which gives the same result."""
+    if torch.float32 not in ROTARY_SERVED:
+        pytest.skip("the backend serves no float32 rotary_embedding: every call falls back")
+    positions = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    cache = rope_cache(6, 8)
+    q = make_cpu((2, 3, 2, 8), torch.float32, seed=33)
+    reason = "int64 positions"
+    if case == "int32 positions":
+        positions = positions.int()
+    elif case == "strided head dimension":
+        q = make_cpu((2, 3, 2, 16), torch.float32, seed=33)[..., ::2]
+        reason = "unit stride in the last dimension"
+    else:  # tokens of batch 1 do not follow batch 0's at S token strides
+        q = make_cpu((2, 5, 2, 8), torch.float32, seed=33)[:, :3]
+        reason = "evenly strided tokens"
+    want = rotary_definition(positions, q, 8, cache, True)
+    q_dev = q.to(DEVICE) if q.is_contiguous() else _same_view_on_device(q)
+    assert q_dev.stride() == q.stride()
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.allowed("silent"):
+        ops.rotary_embedding(positions.to(DEVICE), q_dev, None, 8, cache.to(DEVICE), True)
+    assert_matches(q_dev, want, exact=True)
+    assert "infini::rotary_embedding" in torch_infini.cpu_fallback.stats()
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(NotImplementedError, match=reason),
+    ):
+        ops.rotary_embedding(positions.to(DEVICE), q_dev, None, 8, cache.to(DEVICE), True)
+
+
+def _same_view_on_device(view: torch.Tensor) -> torch.Tensor:
+    """``view`` on infini with its strides and offset, in a copy of its base."""
+    base = view._base if view._base is not None else view
+    on_device = base.to(DEVICE)
+    return on_device.as_strided(view.size(), view.stride(), view.storage_offset())
+
+
+def test_rotary_embedding_functional_rotates_a_contiguous_copy() -> None:
+    """The compiled graphs' form: a new contiguous tensor (the kernel's
+    layout, whatever the query's), the query untouched, the result the
+    in-place operator's."""
+    positions = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    cache = rope_cache(6, 8)
+    q = make_cpu((2, 2, 3, 8), torch.float32, seed=34).transpose(1, 2)  # [B, S, heads, d] view
+    want = rotary_definition(positions, q, 8, cache, True)
+    for device in ("cpu", DEVICE):
+        q_in = q.to(device) if device == "cpu" else _same_view_on_device(q)
+        with torch_infini.cpu_fallback.allowed("silent"):
+            got = torch.ops.infini.rotary_embedding_functional(
+                positions.to(device), q_in, 8, cache.to(device), True
+            )
+        assert_matches(got, want, device=device)
+        assert got.is_contiguous()
+        assert torch.equal(q_in.cpu(), q)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rotary_embedding_functional_gradients(dtype: torch.dtype) -> None:
+    """The query's gradient against PyTorch's autograd through the stock
+    rotation (fused_oracles.rotary), on the CPU and on infini (PyTorch's
+    tolerances: the inverse rotation in float against the adjoint of each
+    product); in float64 also gradcheck and gradgradcheck (its backward is
+    the operator again)."""
+    positions = torch.tensor([[0, 3], [1, 5]])
+    cache = rope_cache(6, 8)
+    q = make_cpu((2, 2, 3, 8), dtype, seed=35)  # [B, S, heads, d]
+    g = make_cpu((2, 2, 3, 8), dtype, seed=36)
+
+    def grad(device: str | torch.device, rotate: Callable[..., torch.Tensor]) -> torch.Tensor:
+        qa = q.clone().to(device).requires_grad_()
+        rotate(positions.to(device), qa, cache.to(device)).backward(g.to(device))
+        assert qa.grad is not None
+        return qa.grad
+
+    want = grad("cpu", lambda p, qa, c: fused_oracles.rotary(p, qa, 8, c, True))
+    for device in ("cpu", DEVICE):
+        with torch_infini.cpu_fallback.allowed("silent"):
+            got = grad(device, lambda p, qa, c: ops.rotary_embedding_functional(p, qa, 8, c, True))
+        assert got.device.type == torch.device(device).type
+        torch.testing.assert_close(got.cpu(), want)
+    if dtype == torch.float64:
+        q64 = q.clone().requires_grad_()
+        table = cache.double()
+        fn = lambda t: ops.rotary_embedding_functional(positions, t, 8, table, True)  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (q64,))
+        assert torch.autograd.gradgradcheck(fn, (q64,))
+
+
+def test_rotary_embedding_functional_refuses_a_cache_gradient() -> None:
+    cache = rope_cache(4, 8).requires_grad_()
+    with raises_exactly(RuntimeError, match="cos_sin_cache is a constant table"):
+        ops.rotary_embedding_functional(torch.arange(2), torch.ones(2, 1, 8), 8, cache, True)
 
 
 def test_rotary_inverse_undoes_it() -> None:

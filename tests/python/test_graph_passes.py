@@ -104,9 +104,15 @@ def test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu() -> None:
         tokens = torch.randint(0, 14, (2, 8))
         got = torch.compile(dev)(tokens.to(DEVICE))
         want = cpu(tokens)
-    assert _rewrites() == {**_expected_norms(layers), "swiglu": layers, "causal_softmax": layers}
+    # Query and key of each layer are rotated by position.
+    assert _rewrites() == {
+        **_expected_norms(layers),
+        "swiglu": layers,
+        "causal_softmax": layers,
+        "rotary_embedding": 2 * layers,
+    }
     code = "\n".join(codes)
-    for op in ("rms_norm", "swiglu", "causal_softmax"):
+    for op in ("rms_norm", "swiglu", "causal_softmax", "rotary_embedding_functional"):
         assert f"torch.ops.infini.{op}.default" in code, op
     torch.testing.assert_close(got.cpu(), want)
 
@@ -145,9 +151,15 @@ def test_transformers_llama_rewrites_each_pattern_and_matches_cpu() -> None:
     with torch.no_grad():
         got = torch.compile(dev)(tokens.to(DEVICE)).logits
         want = cpu(tokens).logits
-    # LlamaRMSNorm, LlamaMLP's act_fn(gate) * up, and the additive causal
-    # mask (0 and the dtype's lowest value) before softmax.
-    assert _rewrites() == {**_expected_norms(2), "swiglu": 2, "causal_softmax": 2}
+    # LlamaRMSNorm, LlamaMLP's act_fn(gate) * up, the additive causal mask
+    # (0 and the dtype's lowest value) before softmax, and apply_rotary_pos_emb
+    # on query and key (rotate_half, with cos and sin of cat((freqs, freqs))).
+    assert _rewrites() == {
+        **_expected_norms(2),
+        "swiglu": 2,
+        "causal_softmax": 2,
+        "rotary_embedding": 4,
+    }
     torch.testing.assert_close(got.cpu(), want)
 
 
@@ -323,6 +335,84 @@ def test_residual_add_and_norm_become_add_rms_norm_where_served() -> None:
     assert _rewrites() == {"add_rms_norm": 1}
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g.cpu(), e)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _RotateHalfAttentionInput(torch.nn.Module):
+    """transformers' rotary embedding: q [b, heads, t, d] from a projection,
+    cos and sin of ``cat((freqs, freqs), -1)`` [b, t, d] per position id, or
+    tables the caller passes (which may be anything)."""
+
+    def __init__(self, heads: int = 3, d: int = 8) -> None:
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.proj = torch.nn.Linear(16, heads * d, bias=False)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d))
+
+    def forward(
+        self, h: torch.Tensor, positions: torch.Tensor, tables: tuple | None = None
+    ) -> torch.Tensor:
+        b, t, _ = h.shape
+        q = self.proj(h).view(b, t, self.heads, self.d).transpose(1, 2)
+        if tables is None:
+            freqs = positions[:, :, None].float() * self.inv_freq
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
+        else:
+            cos, sin = tables
+        return q * cos + _rotate_half(q) * sin
+
+
+def test_rotate_half_with_tables_that_repeat_their_halves_is_rotary_embedding() -> None:
+    torch.manual_seed(0)
+    module = _RotateHalfAttentionInput()
+    h, positions = torch.randn(2, 5, 16), torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    _compiled_matches_cpu(module, h, positions)
+    assert _rewrites() == {"rotary_embedding": 1}
+
+
+def test_rotate_half_with_tables_from_inputs_is_not_rewritten() -> None:
+    """Tables the graph receives need not repeat their halves: x * C +
+    rotate_half(x) * S is then no rotation, and stays as written."""
+    torch.manual_seed(0)
+    module = _RotateHalfAttentionInput()
+    h, positions = torch.randn(2, 5, 16), torch.arange(5).expand(2, 5)
+    cos, sin = torch.randn(2, 1, 5, 8), torch.randn(2, 1, 5, 8)
+    dev = copy.deepcopy(module).to(DEVICE)
+    with torch.no_grad():
+        got = torch.compile(dev)(
+            h.to(DEVICE), positions.to(DEVICE), (cos.to(DEVICE), sin.to(DEVICE))
+        )
+        want = module(h, positions, (cos, sin))
+    torch.testing.assert_close(got.cpu(), want)
+    assert _rewrites() == {}
+
+
+def _rotate_by_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def test_a_3d_rotation_by_halves_is_rotary_embedding() -> None:
+    """[heads, t, d] (no batch), tables [t, d / 2]; the result keeps the
+    layout the decomposition gives (contiguous)."""
+    angles = torch.outer(torch.arange(6).float(), torch.rand(4))
+    x = torch.randn(6, 3, 8).transpose(0, 1)  # [heads, t, d], not contiguous
+    _compiled_matches_cpu(_Fn(_rotate_by_halves), x, angles.cos(), angles.sin())
+    assert _rewrites() == {"rotary_embedding": 1}
+
+
+def test_tables_that_vary_over_heads_are_not_rewritten() -> None:
+    """The kernel turns every head of a token by one angle."""
+    angles = torch.rand(2, 3, 5, 4)  # [b, heads, t, d / 2]
+    x = torch.randn(2, 3, 5, 8)
+    _compiled_matches_cpu(_Fn(_rotate_by_halves), x, angles.cos(), angles.sin())
+    assert _rewrites() == {}
 
 
 # --------------------------------------------------------------------- the pipeline

@@ -17,7 +17,9 @@ family:
 - swiglu.py: ``up * silu(gate)`` -> ``infini.swiglu`` (``silu_and_mul`` where
   gate and up are halves of one tensor);
 - causal_softmax.py: softmax of causally masked scores ->
-  ``infini.causal_softmax``.
+  ``infini.causal_softmax``;
+- rotary.py: a rotation of query or key by position (the halves written
+  out, or transformers' ``rotate_half``) -> ``infini.rotary_embedding``.
 
 Each rewrite is counted in ``torch._dynamo.utils.counters["infini_graph_passes"]``
 by pattern, as Inductor counts its own pattern matches.
@@ -37,6 +39,7 @@ BUILTIN_PIPELINE = (
     "torch_infini.graph_passes.rms_norm:rewrite",
     "torch_infini.graph_passes.swiglu:rewrite",
     "torch_infini.graph_passes.causal_softmax:rewrite",
+    "torch_infini.graph_passes.rotary:rewrite",
 )
 
 
@@ -49,6 +52,7 @@ TARGETS = (
     "infini::swiglu",
     "infini::silu_and_mul",
     "infini::causal_softmax",
+    "infini::rotary_embedding",
 )
 
 

@@ -73,6 +73,40 @@ def same_shape_and_dtype(*nodes: Any) -> bool:
     )
 
 
+def half_of(node: Node) -> tuple[Node, int] | None:
+    """``(x, 0 or 1)`` where ``node`` is the first or second half of ``x``'s
+    last dimension: a slice, or an item of a split (``chunk(2, -1)``)."""
+    if is_call(node, operator.getitem):
+        split, index = node.args
+        if not is_call(split, aten.split.Tensor, aten.split_with_sizes.default):
+            return None
+        x = split.args[0]
+        x_val = value(x)
+        dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+        sizes = split.args[1]
+        width = x_val.shape[-1]
+        if dim not in (-1, x_val.dim() - 1) or not isinstance(width, int) or width % 2:
+            return None
+        halves = sizes == width // 2 or (
+            isinstance(sizes, (list, tuple)) and list(sizes) == [width // 2] * 2
+        )
+        return (x, index) if halves and index in (0, 1) else None
+    if not is_call(node, aten.slice.Tensor) or node.kwargs or len(node.args) < 4:
+        return None
+    x, dim, start, end = node.args[:4]
+    step = node.args[4] if len(node.args) > 4 else 1
+    x_val = value(x)
+    width = x_val.shape[-1]
+    if dim not in (-1, x_val.dim() - 1) or step != 1 or not isinstance(width, int) or width % 2:
+        return None
+    h = width // 2
+    if start == 0 and end == h:
+        return x, 0
+    if start == h and end >= width:
+        return x, 1
+    return None
+
+
 @functools.cache
 def _served_dtypes(operator_name: str) -> tuple[torch.dtype, ...]:
     from .._operators import supported_dtypes

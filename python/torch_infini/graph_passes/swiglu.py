@@ -14,8 +14,6 @@ the decomposition does for float32 inputs.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch.fx import GraphModule, Node
 
@@ -24,13 +22,13 @@ from ._graph import (
     aten,
     call,
     finish,
+    half_of,
     is_call,
     is_number,
     only_used_by,
     other_operand,
     same_shape_and_dtype,
     sole_user,
-    value,
 )
 
 
@@ -54,44 +52,10 @@ def _silu_input(node: Node) -> tuple[Node, list[Node]] | None:
     return g, [neg, exp, denominator, node]
 
 
-def _half(node: Node) -> tuple[Node, int] | None:
-    """``(x, 0 or 1)`` where ``node`` is the first or second half of ``x``'s
-    last dimension: a slice, or an item of a split (``chunk(2, -1)``)."""
-    if is_call(node, operator.getitem):
-        split, index = node.args
-        if not is_call(split, aten.split.Tensor, aten.split_with_sizes.default):
-            return None
-        x = split.args[0]
-        x_val = value(x)
-        dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-        sizes = split.args[1]
-        width = x_val.shape[-1]
-        if dim not in (-1, x_val.dim() - 1) or not isinstance(width, int) or width % 2:
-            return None
-        halves = sizes == width // 2 or (
-            isinstance(sizes, (list, tuple)) and list(sizes) == [width // 2] * 2
-        )
-        return (x, index) if halves and index in (0, 1) else None
-    if not is_call(node, aten.slice.Tensor) or node.kwargs or len(node.args) < 4:
-        return None
-    x, dim, start, end = node.args[:4]
-    step = node.args[4] if len(node.args) > 4 else 1
-    x_val = value(x)
-    width = x_val.shape[-1]
-    if dim not in (-1, x_val.dim() - 1) or step != 1 or not isinstance(width, int) or width % 2:
-        return None
-    h = width // 2
-    if start == 0 and end == h:
-        return x, 0
-    if start == h and end >= width:
-        return x, 1
-    return None
-
-
 def _halves(gate: Node, up: Node) -> Node | None:
     """``x`` where ``gate`` is the first half of ``x``'s last dimension and
     ``up`` the second."""
-    first, second = _half(gate), _half(up)
+    first, second = half_of(gate), half_of(up)
     if first is None or second is None or first[0] is not second[0]:
         return None
     return first[0] if (first[1], second[1]) == (0, 1) else None

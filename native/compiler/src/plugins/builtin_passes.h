@@ -8,6 +8,7 @@ inline constexpr const char* kBuiltinPassPipeline[] = {
     "torch_infini.graph_passes.rms_norm:rewrite",
     "torch_infini.graph_passes.swiglu:rewrite",
     "torch_infini.graph_passes.causal_softmax:rewrite",
+    "torch_infini.graph_passes.rotary:rewrite",
 };
 
 }  // namespace torch_infini::compiler

@@ -22,6 +22,9 @@ TORCH_LIBRARY(infini, m) {
   m.def(
       "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
       "Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()");
+  m.def(
+      "rotary_embedding_functional(Tensor positions, Tensor query, int head_size, "
+      "Tensor cos_sin_cache, bool is_neox, bool inverse=False) -> Tensor");
   // moe.cpp
   m.def(
       "topk_softmax(Tensor gating_output, int topk, bool renormalize=False, Tensor? bias=None, "

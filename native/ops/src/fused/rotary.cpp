@@ -14,8 +14,10 @@
 // It overwrites its inputs, so it has no derivative (with a gradient
 // required it raises); torch_infini.ops.apply_rotary_embedding is the
 // differentiable, out-of-place form (its backward is the inverse rotation).
-// InfiniOps implements it for CUDA-like device types only (none on its CPU
-// build, so none on `host`): on infini it runs in the CPU fallback.
+// On infini, the kernel seam's rotary_embedding: InfiniOps' kernel on the
+// CUDA-like device types (none on its CPU build: InfiniRT `cpu` takes the CPU
+// fallback), the CPU kernel below on `host`. Layouts the kernel does not take
+// are refused to the fallback (rotary_embedding_infini).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
@@ -125,6 +127,44 @@ void rotary_embedding_meta(const at::Tensor& positions, at::Tensor& query,
   checkRotary(positions, query, key, head_size, cache, offset);
 }
 
+// ---- infini, through the kernel seam ------------------------------------------------
+
+// Whether the kernel takes `t` (query or key) as laid out: a unit stride in
+// the last dimension and tokens evenly strided ([B, S] positions: the batch
+// stride is S token strides), as InfiniOps indexes token i at i * stride.
+bool kernelLayout(const at::Tensor& t, int64_t positions_dim) {
+  if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
+  return positions_dim == 1 || t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1);
+}
+
+void rotary_embedding_infini(const at::Tensor& positions, at::Tensor& query,
+                             const std::optional<at::Tensor>& key, int64_t head_size,
+                             const at::Tensor& cache, bool is_neox, int64_t offset, bool inverse) {
+  checkRotary(positions, query, key, head_size, cache, offset);
+  requireKernel(kName, SeamOp::RotaryEmbedding, query.scalar_type());
+  requireKernel(kName, SeamOp::RotaryEmbedding, cache.scalar_type());
+  const bool has_key = key.has_value() && key->defined();
+  const int64_t p = positions.dim();
+  TORCH_CHECK_NOT_IMPLEMENTED(positions.scalar_type() == at::kLong && positions.is_contiguous(),
+                              kName, ": the kernel takes contiguous int64 positions, got ",
+                              positions.scalar_type(), " with strides ", positions.strides());
+  TORCH_CHECK_NOT_IMPLEMENTED(cache.size(1) <= 1 || cache.stride(1) == 1, kName,
+                              ": the kernel takes a cos_sin_cache with unit column stride, got "
+                              "strides ",
+                              cache.strides());
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      kernelLayout(query, p) && (!has_key || kernelLayout(*key, p)), kName,
+      ": the kernel takes query and key with a unit stride in the last dimension and evenly "
+      "strided tokens, got query strides ",
+      query.strides(), has_key ? " and key strides " : "",
+      has_key ? c10::str(key->strides()) : std::string());
+  if (positions.numel() == 0) return;
+  const TensorRef key_ref = has_key ? toRef(*key) : TensorRef{};
+  selectedKernelProvider().rotaryEmbedding(toRef(query), has_key ? &key_ref : nullptr,
+                                           toRef(positions), toRef(cache), head_size, is_neox,
+                                           offset, inverse, streamOf(query));
+}
+
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
 void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
@@ -136,6 +176,8 @@ struct RotaryEmbedding {
   static constexpr auto cpu = &rotary_embedding_cpu;
   static constexpr auto meta = &rotary_embedding_meta;
   static constexpr auto autograd = &rotary_embedding_autograd;
+  static constexpr auto infini = &rotary_embedding_infini;
+  static constexpr SeamOp seam = SeamOp::RotaryEmbedding;
 };
 
 // ---- autograd --------------------------------------------------------------------------
@@ -158,8 +200,92 @@ void rotary_embedding_autograd(const at::Tensor& positions, at::Tensor& query,
   if (has_key) bumpVersion(*key);
 }
 
+// ---- rotary_embedding_functional: query alone, out of place --------------------------
+//
+// A new contiguous tensor (the layout the kernel takes) rotated by the
+// in-place operator's kernels; what torch.compile's rotary graph pass
+// rewrites into. Differentiable in query: the adjoint of a rotation is the
+// inverse rotation, this operator again (so double backward works too).
+
+at::Tensor rotary_embedding_functional_cpu(const at::Tensor& positions, const at::Tensor& query,
+                                           int64_t head_size, const at::Tensor& cache, bool is_neox,
+                                           bool inverse) {
+  at::Tensor out = query.clone(at::MemoryFormat::Contiguous);
+  rotary_embedding_cpu(positions, out, std::nullopt, head_size, cache, is_neox, 0, inverse);
+  return out;
+}
+
+at::Tensor rotary_embedding_functional_meta(const at::Tensor& positions, const at::Tensor& query,
+                                            int64_t head_size, const at::Tensor& cache,
+                                            bool /*is_neox*/, bool /*inverse*/) {
+  checkRotary(positions, query, std::nullopt, head_size, cache, 0);
+  return at::empty_symint(query.sym_sizes(), query.options());
+}
+
+at::Tensor rotary_embedding_functional_infini(const at::Tensor& positions, const at::Tensor& query,
+                                              int64_t head_size, const at::Tensor& cache,
+                                              bool is_neox, bool inverse) {
+  checkRotary(positions, query, std::nullopt, head_size, cache, 0);
+  at::Tensor out = query.clone(at::MemoryFormat::Contiguous);
+  rotary_embedding_infini(positions, out, std::nullopt, head_size, cache, is_neox, 0, inverse);
+  return out;
+}
+
+at::Tensor rotary_embedding_functional_autograd(const at::Tensor& positions,
+                                                const at::Tensor& query, int64_t head_size,
+                                                const at::Tensor& cache, bool is_neox,
+                                                bool inverse);
+
+struct RotaryEmbeddingFunctional {
+  static constexpr const char* name = "infini::rotary_embedding_functional";
+  static constexpr auto cpu = &rotary_embedding_functional_cpu;
+  static constexpr auto meta = &rotary_embedding_functional_meta;
+  static constexpr auto autograd = &rotary_embedding_functional_autograd;
+  static constexpr auto infini = &rotary_embedding_functional_infini;
+  static constexpr SeamOp seam = SeamOp::RotaryEmbedding;
+};
+
+class RotaryFunctionalFunction : public torch::autograd::Function<RotaryFunctionalFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& positions,
+                            const at::Tensor& query, int64_t head_size, const at::Tensor& cache,
+                            bool is_neox, bool inverse) {
+    ctx->save_for_backward({positions, cache});
+    ctx->saved_data["head_size"] = head_size;
+    ctx->saved_data["is_neox"] = is_neox;
+    ctx->saved_data["inverse"] = inverse;
+    return callBelowAutograd<RotaryEmbeddingFunctional>(positions, query, head_size, cache, is_neox,
+                                                        inverse);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow(RotaryEmbeddingFunctional::name, "")
+                               .typed<FusedSignature<RotaryEmbeddingFunctional>>();
+    at::Tensor grad_query =
+        op.call(saved[0], grads[0], ctx->saved_data["head_size"].toInt(), saved[1],
+                ctx->saved_data["is_neox"].toBool(), !ctx->saved_data["inverse"].toBool());
+    return {at::Tensor(), grad_query, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor rotary_embedding_functional_autograd(const at::Tensor& positions,
+                                                const at::Tensor& query, int64_t head_size,
+                                                const at::Tensor& cache, bool is_neox,
+                                                bool inverse) {
+  // Checked here: Function::apply runs forward() with grad mode off.
+  TORCH_CHECK(!at::GradMode::is_enabled() || !cache.requires_grad(),
+              RotaryEmbeddingFunctional::name,
+              ": cos_sin_cache is a constant table; it gets no gradient");
+  return RotaryFunctionalFunction::apply(positions, query, head_size, cache, is_neox, inverse);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(infini, m) { registerFused<RotaryEmbedding>(m); }
+TORCH_LIBRARY_FRAGMENT(infini, m) {
+  registerFused<RotaryEmbedding>(m);
+  registerFused<RotaryEmbeddingFunctional>(m);
+}
 
 }  // namespace torch_infini::ops

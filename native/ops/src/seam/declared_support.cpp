@@ -17,6 +17,9 @@ constexpr DtypeMask kUIntTypes = dtypeBit(ScalarType::Byte) | dtypeBit(ScalarTyp
 constexpr DtypeMask kAllTypes = kAllFloatTypes | kIntTypes | kUIntTypes;
 // src/base/relu.h: ReluDataTypes.
 constexpr DtypeMask kReluTypes = kAllFloatTypes | kIntTypes | dtypeBit(ScalarType::Byte);
+// src/native/cuda/ops/rotary_embedding/kernel.h: float32 and the reduced
+// float types, for the query and (independently) the cos/sin cache.
+constexpr DtypeMask kRotaryTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
 
 constexpr uint32_t on(std::initializer_list<std::string_view> names) {
   uint32_t mask = 0;
@@ -30,7 +33,8 @@ constexpr uint32_t on(std::initializer_list<std::string_view> names) {
 // mars). A new device type is native nowhere until rows name it.
 constexpr uint32_t kAll =
     on({"cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon"});
-constexpr uint32_t kCpuAndCudaLike = on({"cpu", "nvidia", "iluvatar", "metax", "moore"});
+constexpr uint32_t kCudaLike = on({"nvidia", "iluvatar", "metax", "moore"});
+constexpr uint32_t kCpuAndCudaLike = on({"cpu"}) | kCudaLike;
 
 }  // namespace
 

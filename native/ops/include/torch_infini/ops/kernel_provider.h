@@ -112,6 +112,19 @@ class KernelProvider {
   // x and out [s, t] or [b, s, t], s <= t: row i keeps columns j <= t - s + i.
   virtual void causalSoftmax(const TensorRef& out, const TensorRef& x,
                              runtime::StreamHandle stream) = 0;
+  // vLLM's rotary position embedding (fused/rotary.cpp has the definition),
+  // in place on query and key (key may be null): positions int64 [T] or [B,
+  // S], contiguous; query and key [*P, heads, head_size] or [*P, heads *
+  // head_size] (P the positions' shape) with a unit stride in the last
+  // dimension and tokens evenly strided (stride(0) = S * stride(1) for [B,
+  // S]); cos_sin_cache [max_position, rot_dim], unit column stride, rows of
+  // rot_dim / 2 cosines then sines, in any supported dtype. Dimensions
+  // [offset, offset + rot_dim) of each head turn (the opposite angle with
+  // `inverse`), computed in float and rounded once.
+  virtual void rotaryEmbedding(const TensorRef& query, const TensorRef* key,
+                               const TensorRef& positions, const TensorRef& cos_sin_cache,
+                               int64_t head_size, bool is_neox, int64_t offset, bool inverse,
+                               runtime::StreamHandle stream) = 0;
   // GradScaler's steps, as PyTorch's _amp_foreach_non_finite_check_and_unscale_
   // and _amp_update_scale_ define them: each gradient (a floating dtype the
   // provider supports for AmpUnscale) multiplied by inv_scale in place, and

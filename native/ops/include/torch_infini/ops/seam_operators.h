@@ -26,6 +26,7 @@
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
 //   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
 //   CausalSoftmax   softmax over the causal prefix of each row (torch.ops.infini)
+//   RotaryEmbedding query and key rotated in place by position (torch.ops.infini)
 //   Cat             the inputs one after another along a dimension (a byte copy
 //                   per element: every dtype of InfiniOps' size table)
 //   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
@@ -50,6 +51,7 @@
   X(Swiglu, swiglu, Swiglu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
   X(CausalSoftmax, causal_softmax, CausalSoftmax, kAllFloatTypes, kCpuAndCudaLike, "float") \
   X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
+  X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kRotaryTypes, kCudaLike, "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {})
 // clang-format on

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "random/dtypes.h"
@@ -438,6 +439,29 @@ class HostKernels final : public KernelProvider {
         out, x);
   }
 
+  void rotaryEmbedding(const TensorRef& query, const TensorRef* key, const TensorRef& positions,
+                       const TensorRef& cos_sin_cache, int64_t head_size, bool is_neox,
+                       int64_t offset, bool inverse, runtime::StreamHandle stream) override {
+    const std::optional<TensorRef> key_ref =
+        key == nullptr ? std::nullopt : std::optional<TensorRef>(*key);
+    submit(
+        stream,
+        [key_ref, head_size, is_neox, offset, inverse](
+            const TensorRef& q_ref, const TensorRef& p_ref, const TensorRef& c_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor q = al(q_ref, 0);
+          std::optional<at::Tensor> k;
+          if (key_ref) k = al(*key_ref, 3);
+          static const auto op =
+              fusedOperator<void(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
+                                 int64_t, const at::Tensor&, bool, int64_t, bool)>(
+                  "rotary_embedding");
+          op.redispatch(kCpuKernel, al(p_ref, 1), q, k, head_size, al(c_ref, 2), is_neox, offset,
+                        inverse);
+        },
+        query, positions, cos_sin_cache);
+  }
+
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
            runtime::StreamHandle stream) override {
     submit(
@@ -523,7 +547,29 @@ class HostKernels final : public KernelProvider {
   }
 
   const std::string name_ = "host";
-  const NativeMasks native_ = nativeMasks("cpu", /*infinirt_conversions=*/false);
+  // InfiniOps' cpu column; an operator InfiniOps implements on accelerators
+  // only (no cpu kernel: rotary_embedding) with the dtypes it declares there,
+  // run by the CPU's kernels, so that every seam entry is exercised in CI.
+  static NativeMasks hostMasks() {
+    NativeMasks masks = nativeMasks("cpu", /*infinirt_conversions=*/false);
+    constexpr unsigned kDtypes = static_cast<unsigned>(c10::ScalarType::NumOptions);
+    for (const Declaration& d : infiniOpsDeclarations()) {
+      bool on_cpu = false;
+      for (unsigned i = 0; i < 64 && i < kDtypes; ++i)
+        on_cpu = on_cpu || declared(d.op, "cpu", static_cast<c10::ScalarType>(i));
+      if (on_cpu) continue;
+      DtypeMask mask = 0;
+      for (unsigned i = 0; i < 64 && i < kDtypes; ++i) {
+        const auto dtype = static_cast<c10::ScalarType>(i);
+        for (std::string_view type : runtime::kInfiniDeviceTypeNames)
+          if (nativeOn(d.op, type, dtype, /*infinirt_conversions=*/false)) mask |= dtypeBit(dtype);
+      }
+      masks[static_cast<size_t>(d.op)] = mask;
+    }
+    return masks;
+  }
+
+  const NativeMasks native_ = hostMasks();
 };
 
 }  // namespace

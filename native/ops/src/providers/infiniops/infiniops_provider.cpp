@@ -299,6 +299,22 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
+  void rotaryEmbedding(const TensorRef& query, const TensorRef* key, const TensorRef& positions,
+                       const TensorRef& cos_sin_cache, int64_t head_size, bool is_neox,
+                       int64_t offset, bool inverse, runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_ROTARY_EMBEDDING
+    // InfiniOps' argument order: positions, query, key, cache, then the numbers.
+    std::optional<infini::ops::Tensor> key_view;
+    if (key != nullptr) key_view = view(*key);
+    infini::ops::RotaryEmbedding::Call(handle(query, stream), config_, view(positions), view(query),
+                                       key_view, view(cos_sin_cache), head_size, is_neox, offset,
+                                       inverse);
+#else
+    unavailable("rotary_embedding");
+#endif
+  }
+
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
            runtime::StreamHandle stream) override {
 #if TORCH_INFINI_OPS_HAS_CAT

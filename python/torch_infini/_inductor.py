@@ -340,7 +340,10 @@ class InfiniGraphPasses(CustomGraphModulePass):
         return label, [graph_passes.resolve(name, label) for name in names]
 
     def __call__(self, gm: torch.fx.GraphModule) -> None:
+        from . import graph_passes
+
         _, passes = self._pipeline()
+        graph_passes.rewrites_enabled()  # a bad TORCH_INFINI_GRAPH_PASSES fails here, named
         for graph_pass in passes:
             graph_pass(gm)
 
@@ -357,15 +360,10 @@ class InfiniGraphPasses(CustomGraphModulePass):
             compiler = _compiler.plugin()
             names = tuple(compiler.pass_pipeline())
             self._pipeline()
+            served = graph_passes.served_key()
         except Exception as e:  # noqa: BLE001  (reported by __call__)
             return ("unusable", type(e).__name__, str(e))
-        return (
-            compiler.name,
-            compiler.origin,
-            names,
-            _hash_of_pass_sources(names),
-            graph_passes.served_key(),
-        )
+        return (compiler.name, compiler.origin, names, _hash_of_pass_sources(names), served)
 
 
 @functools.cache

@@ -24,7 +24,7 @@ import torch_infini
 from infini_testing import llama_example
 from torch._dynamo.utils import counters
 from torch._inductor.graph import GraphLowering
-from torch_infini import _compiler
+from torch_infini import _compiler, graph_passes
 from torch_infini.graph_passes import _graph
 
 pytestmark = pytest.mark.skipif(
@@ -37,7 +37,10 @@ COUNTER = "infini_graph_passes"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_compile() -> Iterator[None]:
+def _fresh_compile(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Rewrites on this host-addressable backend too (by default only where
+    # device memory is not host memory): the tests exercise them here.
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "always")
     torch._dynamo.reset()
     counters.clear()
     # Every graph is compiled (a cache hit would skip the passes) with one
@@ -425,6 +428,34 @@ def test_tables_that_vary_over_heads_are_not_rewritten() -> None:
     assert _rewrites() == {}
 
 
+@pytest.mark.parametrize("mode", ["auto", "never"])
+def test_by_default_a_host_addressable_backend_leaves_the_patterns_to_inductor(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auto: where device memory is host memory, Inductor's own C++ loop is
+    the fused kernel, so nothing is rewritten (an accelerator rewrites);
+    never: nothing anywhere. Results match either way."""
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, mode)
+    assert graph_passes.rewrites_enabled() == (
+        mode == "auto" and not torch_infini._backend.host_addressable()
+    )
+    with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
+        cpu, dev = _models(llama, 1)
+        tokens = torch.randint(0, 14, (2, 8))
+        torch.testing.assert_close(torch.compile(dev)(tokens.to(DEVICE)).cpu(), cpu(tokens))
+    if not graph_passes.rewrites_enabled():
+        assert _rewrites() == {}
+        assert "torch.ops.infini" not in "\n".join(codes)
+
+
+def test_a_bad_mode_fails_the_compile_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "sometimes")
+    with pytest.raises(Exception, match=r"TORCH_INFINI_GRAPH_PASSES='sometimes': expected one of"):
+        torch.compile(_Fn(lambda x: x.relu() + 1))(torch.randn(4, device=DEVICE))
+    x = torch.randn(4)  # a CPU-only graph still compiles
+    torch.testing.assert_close(torch.compile(_Fn(lambda a: a.relu() + 3))(x), x.relu() + 3)
+
+
 # --------------------------------------------------------------------- the pipeline
 
 
@@ -486,6 +517,4 @@ def test_the_pipeline_runs_in_the_plugins_order() -> None:
 
 
 def test_the_builtin_plugin_names_the_builtin_pipeline() -> None:
-    from torch_infini import graph_passes
-
     assert tuple(_compiler.plugin().pass_pipeline()) == graph_passes.BUILTIN_PIPELINE

@@ -23,6 +23,14 @@ family:
 
 Each rewrite is counted in ``torch._dynamo.utils.counters["infini_graph_passes"]``
 by pattern, as Inductor counts its own pattern matches.
+
+Where the rewrites are made (``TORCH_INFINI_GRAPH_PASSES``, :func:`rewrites_enabled`):
+``auto`` (the default) where device memory is not host memory; on a
+host-addressable backend (``host``, InfiniRT ``cpu``) Inductor already
+compiles each pattern into one C++ loop over the same memory, and a call
+into the fused operator only adds cost (on ``host`` its kernel is the CPU
+reference, several ATen calls). ``always`` rewrites there too (the tests
+exercise the rewrites and the kernels this way); ``never`` nowhere.
 """
 
 from __future__ import annotations
@@ -30,10 +38,27 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
+from typing import Any
 
 from torch.fx import GraphModule
 
 COUNTER = "infini_graph_passes"
+MODE_VARIABLE = "TORCH_INFINI_GRAPH_PASSES"
+_MODES = ("auto", "always", "never")
+
+
+def rewrites_enabled() -> bool:
+    """Whether the built-in passes rewrite on the selected backend
+    (``TORCH_INFINI_GRAPH_PASSES``: auto, always, never; see above)."""
+    mode = os.environ.get(MODE_VARIABLE, "auto")
+    if mode not in _MODES:
+        raise ValueError(f"{MODE_VARIABLE}={mode!r}: expected one of {', '.join(_MODES)}")
+    if mode == "auto":
+        from .._backend import host_addressable
+
+        return not host_addressable()
+    return mode == "always"
+
 
 BUILTIN_PIPELINE = (
     "torch_infini.graph_passes.rms_norm:rewrite",
@@ -56,11 +81,13 @@ TARGETS = (
 )
 
 
-def served_key() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Which dtypes the selected backend serves for each rewrite target."""
+def served_key() -> tuple[Any, ...]:
+    """Whether rewrites are made, and which dtypes the selected backend
+    serves for each rewrite target."""
     from ._graph import _served_dtypes
 
-    return tuple((name, tuple(str(d) for d in _served_dtypes(name))) for name in TARGETS)
+    served = tuple((name, tuple(str(d) for d in _served_dtypes(name))) for name in TARGETS)
+    return (("rewrites", rewrites_enabled()), *served)
 
 
 def count(pattern: str, rewrites: int) -> None:

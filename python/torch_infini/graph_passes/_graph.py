@@ -118,10 +118,15 @@ def _served_dtypes(operator_name: str) -> tuple[torch.dtype, ...]:
 
 
 def served(operator_name: str, *nodes: Any) -> bool:
-    """Whether the selected backend has a kernel of ``operator_name`` for the
-    dtypes of ``nodes``: a rewrite into an operator that would run in the
-    CPU fallback would be slower than what Inductor generates, so none is
-    made."""
+    """Whether a rewrite into ``operator_name`` is made for the dtypes of
+    ``nodes``: rewrites are enabled on this backend (``rewrites_enabled``)
+    and it has a native kernel for each dtype. A rewrite into an operator
+    that would run in the CPU fallback would be slower than what Inductor
+    generates, so none is made."""
+    from . import rewrites_enabled
+
+    if not rewrites_enabled():
+        return False
     dtypes = _served_dtypes(operator_name)
     return all(value(n).dtype in dtypes for n in nodes)
 

@@ -239,10 +239,7 @@ def _rewrite(graph: Graph, result: Node, x: Node, c: Any, s: Any) -> bool:
     rows = table[0] if nd == 4 else 1  # B: the batch rows the tables vary over
     if rows not in (1, b):
         return False
-    if not (
-        _graph.served("infini::rotary_embedding", x)
-        and _graph.served("infini::rotary_embedding", c)
-    ):
+    if not _graph.served(_TARGET, x, c):
         return False
 
     add = _Builder(graph, result, xv.fake_mode)

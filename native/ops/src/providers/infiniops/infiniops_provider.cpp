@@ -306,7 +306,7 @@ class InfiniOpsKernels final : public KernelProvider {
 #if TORCH_INFINI_OPS_HAS_ROTARY_EMBEDDING
     // InfiniOps' argument order: positions, query, key, cache, then the numbers.
     std::optional<infini::ops::Tensor> key_view;
-    if (key != nullptr) key_view = view(*key);
+    if (key != nullptr) key_view.emplace(view(*key));  // TensorView is not assignable
     infini::ops::RotaryEmbedding::Call(handle(query, stream), config_, view(positions), view(query),
                                        key_view, view(cos_sin_cache), head_size, is_neox, offset,
                                        inverse);

@@ -109,9 +109,8 @@ def _native(op: str) -> set[torch.dtype]:
         return {d.dtype for d in rows if d.host_refusal is None}
     return {
         d.dtype
-        for d in declarations()
-        if d.op == op
-        and d.device_type == _device_type()
+        for d in rows
+        if d.device_type == _device_type()
         and (d.host_refusal if host else d.infinirt_refusal) is None
     }
 

@@ -216,9 +216,11 @@ class _Builder:
             self.graph.erase_node(node)
 
 
-def _rewrite(graph: Graph, result: Node, x: Node, c: Any, s: Any) -> bool:
+def _rewrite(add: _Builder, result: Node, x: Node, c: Any, s: Any) -> bool:
     """Replaces ``result`` (x rotated by the half-width ``c``, ``s``) with the
-    kernel's call; False where the shapes, dtypes or layout do not allow it."""
+    kernel's call, its nodes added through ``add``; False where the shapes,
+    dtypes or layout do not allow it (the caller then undoes what ``add``
+    added)."""
     xv, rv = value(x), value(result)
     if not isinstance(c, Node) or not isinstance(s, Node):
         return False
@@ -242,7 +244,6 @@ def _rewrite(graph: Graph, result: Node, x: Node, c: Any, s: Any) -> bool:
     if not _graph.served(_TARGET, x, c):
         return False
 
-    add = _Builder(graph, result, xv.fake_mode)
     halves = []
     for half in (c, s):
         if cv.dim() != nd:
@@ -277,7 +278,6 @@ def _rewrite(graph: Graph, result: Node, x: Node, c: Any, s: Any) -> bool:
     back = add(aten.permute.default, rotated, order)
     if not _same_layout(value(back), rv):
         if not rv.is_contiguous():
-            add.undo()
             return False
         back = add(aten.clone.default, back, memory_format=torch.contiguous_format)
     result.replace_all_uses_with(back)
@@ -291,15 +291,6 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     )
 
 
-def _half_width(graph: Graph, table: Node, anchor: Node) -> Node:
-    """``table[..., :h]`` (a new slice node before ``anchor``)."""
-    tv = value(table)
-    with graph.inserting_before(anchor):
-        node = graph.call_function(aten.slice.Tensor, (table, -1, 0, tv.shape[-1] // 2))
-    node.meta["val"] = tv[..., : tv.shape[-1] // 2]
-    return node
-
-
 def rewrite(gm: GraphModule) -> int:
     """The graph pass: every match, rewritten; returns how many."""
     graph = gm.graph
@@ -309,10 +300,13 @@ def rewrite(gm: GraphModule) -> int:
         if found is None:
             continue
         x, c, s, pattern = found
-        if only_used_by(pattern[:-1], set(pattern)) and _rewrite(graph, cat, x, c, s):
+        add = _Builder(graph, cat, value(x).fake_mode)
+        if only_used_by(pattern[:-1], set(pattern)) and _rewrite(add, cat, x, c, s):
             made += 1
-    for add in list(graph.find_nodes(op="call_function", target=aten.add.Tensor)):
-        found = _match_rotate_half(add)
+        else:
+            add.undo()
+    for total in list(graph.find_nodes(op="call_function", target=aten.add.Tensor)):
+        found = _match_rotate_half(total)
         if found is None:
             continue
         x, big_c, big_s, pattern = found
@@ -322,12 +316,13 @@ def rewrite(gm: GraphModule) -> int:
             continue
         if not _static(*value(big_c).shape) or value(big_c).shape[-1] != value(x).shape[-1]:
             continue
-        c = _half_width(graph, big_c, add)
-        s = _half_width(graph, big_s, add)
-        if _rewrite(graph, add, x, c, s):
+        add = _Builder(graph, total, value(x).fake_mode)
+        h = value(big_c).shape[-1] // 2
+        c = add(aten.slice.Tensor, big_c, -1, 0, h)  # the tables' first halves
+        s = add(aten.slice.Tensor, big_s, -1, 0, h)
+        if _rewrite(add, total, x, c, s):
             made += 1
         else:
-            graph.erase_node(s)
-            graph.erase_node(c)
+            add.undo()
     count("rotary_embedding", made)
     return finish(gm, made)

@@ -225,8 +225,7 @@ at::Tensor rotary_embedding_functional_meta(const at::Tensor& positions, const a
 at::Tensor rotary_embedding_functional_infini(const at::Tensor& positions, const at::Tensor& query,
                                               int64_t head_size, const at::Tensor& cache,
                                               bool is_neox, bool inverse) {
-  checkRotary(positions, query, std::nullopt, head_size, cache, 0);
-  at::Tensor out = query.clone(at::MemoryFormat::Contiguous);
+  at::Tensor out = query.clone(at::MemoryFormat::Contiguous);  // checked by the in-place kernel
   rotary_embedding_infini(positions, out, std::nullopt, head_size, cache, is_neox, 0, inverse);
   return out;
 }

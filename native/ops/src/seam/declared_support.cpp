@@ -58,12 +58,17 @@ const Declaration* declarationOf(SeamOp op) {
   return nullptr;
 }
 
-bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype) {
+bool declaredOn(SeamOp op, std::string_view device_type) {
   const Declaration* d = declarationOf(op);
-  if (d == nullptr || (d->dtypes & dtypeBit(dtype)) == 0) return false;
+  if (d == nullptr) return false;
   for (uint32_t i = 0; i < std::size(runtime::kInfiniDeviceTypeNames); ++i)
     if (runtime::kInfiniDeviceTypeNames[i] == device_type) return (d->device_types >> i) & 1u;
   return false;
+}
+
+bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype) {
+  const Declaration* d = declarationOf(op);
+  return d != nullptr && (d->dtypes & dtypeBit(dtype)) != 0 && declaredOn(op, device_type);
 }
 
 const char* refusal(SeamOp op, std::string_view device_type, c10::ScalarType dtype,

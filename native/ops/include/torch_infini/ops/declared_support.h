@@ -57,6 +57,9 @@ const char* refusal(SeamOp op, std::string_view device_type, c10::ScalarType dty
 // InfiniOps declares (op, dtype) on `device_type`.
 bool declared(SeamOp op, std::string_view device_type, c10::ScalarType dtype);
 
+// InfiniOps has an implementation of `op` on `device_type` (in any dtype).
+bool declaredOn(SeamOp op, std::string_view device_type);
+
 // Declared and not refused: the provider runs it natively.
 inline bool nativeOn(SeamOp op, std::string_view device_type, c10::ScalarType dtype,
                      bool infinirt_conversions) {

@@ -552,19 +552,11 @@ class HostKernels final : public KernelProvider {
   // run by the CPU's kernels, so that every seam entry is exercised in CI.
   static NativeMasks hostMasks() {
     NativeMasks masks = nativeMasks("cpu", /*infinirt_conversions=*/false);
-    constexpr unsigned kDtypes = static_cast<unsigned>(c10::ScalarType::NumOptions);
-    for (const Declaration& d : infiniOpsDeclarations()) {
-      bool on_cpu = false;
-      for (unsigned i = 0; i < 64 && i < kDtypes; ++i)
-        on_cpu = on_cpu || declared(d.op, "cpu", static_cast<c10::ScalarType>(i));
-      if (on_cpu) continue;
-      DtypeMask mask = 0;
-      for (unsigned i = 0; i < 64 && i < kDtypes; ++i) {
-        const auto dtype = static_cast<c10::ScalarType>(i);
-        for (std::string_view type : runtime::kInfiniDeviceTypeNames)
-          if (nativeOn(d.op, type, dtype, /*infinirt_conversions=*/false)) mask |= dtypeBit(dtype);
-      }
-      masks[static_cast<size_t>(d.op)] = mask;
+    for (std::string_view type : runtime::kInfiniDeviceTypeNames) {
+      const NativeMasks there = nativeMasks(type, /*infinirt_conversions=*/false);
+      for (const Declaration& d : infiniOpsDeclarations())
+        if (!declaredOn(d.op, "cpu"))
+          masks[static_cast<size_t>(d.op)] |= there[static_cast<size_t>(d.op)];
     }
     return masks;
   }

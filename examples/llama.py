@@ -52,11 +52,11 @@ SEP = 14
 DATA_TOKENS = 14
 
 
-def rope_tables(cfg: Config, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * inverse frequency, [max_len, head_dim / 2]."""
     inv_freq = 1.0 / cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
     angles = torch.outer(torch.arange(cfg.max_len).float(), inv_freq)
-    return angles.cos().to(device), angles.sin().to(device)
+    return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,10 @@ class Attention(nn.Module):
             if cache:
                 k = torch.cat((cache[0], k), dim=2)
                 v = torch.cat((cache[1], v), dim=2)
-            cache[:] = [k, v]
+            # Stored contiguous: the prompt's v is a permuted view, and a
+            # cache whose layout changes after the first step would make
+            # torch.compile trace a third graph.
+            cache[:] = [k, v.contiguous()]
         # Grouped-query attention: each key/value head serves `group` query
         # heads, so queries are grouped [b, kv_heads, group * t, d].
         group = cfg.heads // cfg.kv_heads
@@ -177,15 +180,16 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.eps)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
-        self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Buffers (not saved in the state dict): .to() moves them with the
+        # parameters, and torch.compile sees no attribute set in forward.
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(
         self, tokens: torch.Tensor, caches: list[list[torch.Tensor]] | None = None
     ) -> torch.Tensor:
-        device = tokens.device
-        if self.rope is None or self.rope[0].device != device:
-            self.rope = rope_tables(self.cfg, device)
-        cos, sin = self.rope
+        cos, sin = self.rope_cos, self.rope_sin
         x = self.embed(tokens)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, None if caches is None else caches[i])
@@ -230,7 +234,6 @@ def train(
     return losses, time.perf_counter() - start
 
 
-@torch.no_grad()
 @torch.no_grad()
 def generate(model: Llama, prompt: torch.Tensor, new_tokens: int) -> tuple[list[int], list[float]]:
     """Greedy decoding with the KV cache; the margin between the top two

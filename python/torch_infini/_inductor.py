@@ -384,6 +384,7 @@ def register() -> None:
     keeps this registration (infini/__init__.py).
     """
     from . import _compiler, _triton
+    from .graph_passes import decompositions
 
     triton = _generates_triton()
     if triton and os.environ.get(_compiler.DEVICE_TYPE_SWITCH):
@@ -397,6 +398,7 @@ def register() -> None:
         WrapperFxCodegen,
         device_custom_pass=InfiniGraphPasses(),
     )
+    decompositions.register()
 
 
 register()

@@ -132,11 +132,13 @@ def _compile_fallback_for_inductor() -> None:
     def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
         from . import _compile_fallback
 
-        if (
-            _compile_fallback.holds_infini_tensors(model_, inputs_)
-            and not _compile_fallback.inductor_serves_infini()
-        ):
-            return _compile_fallback.compile_with_aot_eager(model_, inputs_)
+        if _compile_fallback.holds_infini_tensors(model_, inputs_):
+            if not _compile_fallback.inductor_serves_infini():
+                return _compile_fallback.compile_with_aot_eager(model_, inputs_)
+            # Registered before AOTAutograd picks its decompositions (the
+            # fused operators', graph_passes/decompositions.py); Inductor
+            # itself would ask for the device's backend only later.
+            from . import _inductor  # noqa: F401
         return original(self, model_, inputs_, **kwargs)
 
     __call__._torch_infini_fallback = True  # type: ignore[attr-defined]

@@ -122,15 +122,16 @@ def resolve(name: str, plugin: str) -> Callable[[GraphModule], int]:
 
 
 def source_files(names: tuple[str, ...] | list[str]) -> list[str]:
-    """The source files of the modules the pipeline names (for the compile
-    cache key: a changed pass recompiles)."""
-    files = []
+    """The source files of the modules the pipeline names, and of the
+    fused operators' decompositions (for the compile cache key: a changed
+    pass or decomposition recompiles)."""
+    here = os.path.dirname(__file__)
+    files = [os.path.join(here, "decompositions.py")]
     for name in names:
         module = importlib.import_module(name.partition(":")[0])
         path = getattr(module, "__file__", None)
         if path:
             files.append(path)
-    here = os.path.dirname(__file__)
-    if any(os.path.dirname(f) == here for f in files):
+    if any(os.path.dirname(f) == here for f in files[1:]):
         files += [os.path.join(here, "__init__.py"), os.path.join(here, "_graph.py")]
     return sorted(set(files))

@@ -1,0 +1,160 @@
+"""torch.compile of programs that call the fused operators themselves
+(``torch.ops.infini.swiglu``, ``causal_softmax``, ...; the Llama example
+does).
+
+Where the graph passes make no rewrites (``TORCH_INFINI_GRAPH_PASSES``: by
+default on a host-addressable backend) Inductor lowers each such call
+(graph_passes/decompositions.py) and fuses it with its neighbours: no
+``torch.ops.infini`` call is left in the compiled code. Where they rewrite,
+the call stays one fused kernel. Either way results match the CPU oracle
+(fused_oracles.py: stock PyTorch), values and strides, forward and backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import fused_oracles as oracle
+import pytest
+import torch
+import torch_infini
+from torch._inductor.graph import GraphLowering
+from torch_infini import graph_passes
+
+pytestmark = pytest.mark.skipif(
+    not torch_infini._backend.host_addressable(),
+    reason="torch.compile on this backend compiles with aot_eager: no Inductor lowering",
+)
+
+DEVICE = torch.device("infini", 0)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compile(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "auto")
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True, compile_threads=1):
+        yield
+    torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def _wrapper_code() -> Iterator[list[str]]:
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        yield codes
+
+
+def _inputs(name: str, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=g).to(dtype)
+
+    return {
+        "silu_and_mul": lambda: (randn(3, 5, 16),),
+        "swiglu": lambda: (randn(4, 24), randn(4, 24)),
+        "causal_softmax": lambda: (randn(6, 3, 7),),
+        "rms_norm": lambda: (randn(2, 5, 32), randn(32)),
+        "add_rms_norm": lambda: (randn(2, 5, 32), randn(2, 5, 32), randn(32)),
+    }[name]()
+
+
+OPERATORS = ["silu_and_mul", "swiglu", "causal_softmax", "rms_norm", "add_rms_norm"]
+
+
+def _call(name: str) -> Callable[..., Any]:
+    op = getattr(torch.ops.infini, name)
+    # A neighbour to fuse with: the call's inputs scaled first.
+    return lambda *xs: op(*(x * 2 for x in xs))
+
+
+def _oracle(name: str) -> Callable[..., Any]:
+    fn = getattr(oracle, name)
+    return lambda *xs: fn(*(x * 2 for x in xs))
+
+
+def _assert_matches(got: Any, want: Any) -> None:
+    gots = got if isinstance(got, tuple) else (got,)
+    wants = want if isinstance(want, tuple) else (want,)
+    assert len(gots) == len(wants)
+    for g, w in zip(gots, wants, strict=True):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+        assert g.stride() == w.stride()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", OPERATORS)
+def test_a_call_is_lowered_by_inductor_where_nothing_is_rewritten(
+    name: str, dtype: torch.dtype
+) -> None:
+    xs = _inputs(name, dtype)
+    with _wrapper_code() as codes:
+        got = torch.compile(_call(name))(*(x.to(DEVICE) for x in xs))
+    _assert_matches(got, _oracle(name)(*xs))
+    assert len(codes) == 1
+    assert "torch.ops.infini" not in codes[0]
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_where_the_passes_rewrite_a_call_stays_the_fused_kernel(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "always")
+    xs = _inputs(name, torch.float32)
+    with _wrapper_code() as codes:
+        got = torch.compile(_call(name))(*(x.to(DEVICE) for x in xs))
+    _assert_matches(got, _oracle(name)(*xs))
+    assert f"torch.ops.infini.{name}" in codes[0]
+
+
+def test_a_call_on_cpu_tensors_is_left_to_the_operator() -> None:
+    """The lowering is for infini tensors: on the CPU the operator's own
+    (reference) kernel runs."""
+    xs = _inputs("swiglu", torch.float32)
+    with _wrapper_code() as codes:
+        got = torch.compile(_call("swiglu"))(*xs)
+    _assert_matches(got, _oracle("swiglu")(*xs))
+    assert "torch.ops.infini.swiglu" in codes[0]
+
+
+def test_dynamic_shapes_one_compile_serves_every_cache_length() -> None:
+    """causal_softmax's mask follows the symbolic sizes: one compile for
+    scores [h, s, t] of any s <= t (above 1, which Dynamo specializes)."""
+    fn = torch.compile(_call("causal_softmax"), dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    with _wrapper_code() as codes:
+        for s, t in [(2, 5), (3, 7), (4, 9), (6, 6)]:
+            x = torch.randn(4, s, t, generator=g)
+            _assert_matches(fn(x.to(DEVICE)), _oracle("causal_softmax")(x))
+    assert len(codes) == 1
+    assert "torch.ops.infini" not in codes[0]
+
+
+def test_a_row_of_nan_is_zero_outside_the_mask() -> None:
+    """As the kernel writes them: masked entries are 0 whatever the row
+    holds (a plain masked softmax gives NaN there)."""
+    x = torch.randn(2, 3, 5)
+    x[0, 1] = float("nan")
+    got = torch.compile(_call("causal_softmax"))(x.to(DEVICE))
+    _assert_matches(got, _oracle("causal_softmax")(x))
+
+
+@pytest.mark.parametrize("name", ["swiglu", "causal_softmax", "rms_norm"])
+def test_gradients_through_a_lowered_call_match_cpu(name: str) -> None:
+    """The forward is Inductor's; the backward the operator's own formula:
+    every input's gradient matches the oracle's."""
+    xs = _inputs(name, torch.float32)
+    leaves = [x.clone().requires_grad_() for x in xs]
+    dev = [x.detach().to(DEVICE).requires_grad_() for x in xs]
+    weights = torch.randn(_oracle(name)(*xs).shape)
+    (_oracle(name)(*leaves) * weights).sum().backward()
+    with _wrapper_code() as codes:
+        (torch.compile(_call(name))(*dev) * weights.to(DEVICE)).sum().backward()
+    assert "torch.ops.infini" not in codes[0]  # the forward
+    for leaf, d in zip(leaves, dev, strict=True):
+        assert d.grad is not None
+        torch.testing.assert_close(d.grad.cpu(), leaf.grad)

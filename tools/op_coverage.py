@@ -316,8 +316,13 @@ def undeclared_cases(
         if not op.in_table:
             continue
         declared = set(op.dtypes)
-        for opinfo in opinfos_for(parse_aten_name(op.name), op_db):
+        name = parse_aten_name(op.name)
+        for opinfo in opinfos_for(name, op_db):
             cpu = _cpu_dtypes(opinfo)
+            if name.base.endswith("_") and getattr(opinfo, "promotes_int_to_float", False):
+                # In place, an integer input cannot hold the float result
+                # (the CPU refuses every sample): probe the other dtypes.
+                cpu = {d for d in cpu if d.is_floating_point or d.is_complex}
             probe = next((d for d in _PROBE_ORDER if d in cpu and d not in declared), None)
             if probe is not None:
                 cases.append(OpCase(op.name, opinfo, probe, False))

@@ -134,6 +134,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "mul": FLOAT_DTYPES + INT_DTYPES,
     "relu": FLOAT_DTYPES + INT_DTYPES,
     "silu": FLOAT_DTYPES,
+    "sigmoid": FLOAT_DTYPES,
     # InfiniOps' gemm and rms_norm compute in float: no float64
     "mm": REDUCED_DTYPES + (torch.float32,),
     "bmm": REDUCED_DTYPES + (torch.float32,),
@@ -152,7 +153,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # InfiniOps implements these on accelerators only: host serves them (in
 # their accelerator dtypes, with the CPU's kernels), InfiniRT ``cpu`` not.
 _NONE_ON_INFINIRT_CPU = frozenset(
-    {"infini::rotary_embedding", "infini::rotary_embedding_functional"}
+    {"sigmoid", "infini::rotary_embedding", "infini::rotary_embedding_functional"}
 )
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa

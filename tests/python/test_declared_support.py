@@ -61,6 +61,7 @@ CALLS: dict[str, tuple[str, Call]] = {
     "gemm": ("mm", lambda dt, d: _t((3, 5), dt, d, 1) @ _t((5, 4), dt, d, 2)),
     "relu": ("relu", lambda dt, d: torch.relu(_t((3, 4), dt, d, 1))),
     "silu": ("silu", lambda dt, d: F.silu(_t((3, 4), dt, d, 1))),
+    "sigmoid": ("sigmoid", lambda dt, d: torch.sigmoid(_t((3, 4), dt, d, 1))),
     "rms_norm": ("rms_norm", lambda dt, d: F.rms_norm(_t((3, 8), dt, d, 1), (8,))),
     "silu_and_mul": (
         "infini::silu_and_mul",

@@ -1,4 +1,4 @@
-"""relu and silu on infini (out-of-place, in-place, out=) against the CPU oracle."""
+"""relu, silu and sigmoid on infini (out-of-place, in-place, out=) against the CPU oracle."""
 
 from __future__ import annotations
 
@@ -66,6 +66,24 @@ VARIANTS: dict[str, dict[str, UnaryFn]] = {
         "silu_": _inplace(torch.ops.aten.silu_),
         "silu.out": _out("silu"),
     },
+    "sigmoid": {
+        "torch.sigmoid": torch.sigmoid,
+        "F.sigmoid": F.sigmoid,
+        "Tensor.sigmoid": torch.Tensor.sigmoid,
+        "nn.Sigmoid": torch.nn.Sigmoid(),
+        "sigmoid_": _inplace(torch.sigmoid_),
+        "Tensor.sigmoid_": _inplace(torch.Tensor.sigmoid_),
+        "sigmoid.out": _out("sigmoid"),
+    },
+}
+
+OPS = list(VARIANTS)
+# Each operator's functional and in-place form.
+FUNCTIONAL: dict[str, UnaryFn] = {"relu": torch.relu, "silu": F.silu, "sigmoid": torch.sigmoid}
+INPLACE: dict[str, UnaryFn] = {
+    "relu": torch.relu_,
+    "silu": torch.ops.aten.silu_,
+    "sigmoid": torch.sigmoid_,
 }
 
 CASES = [
@@ -114,20 +132,20 @@ LAYOUTS: dict[str, tuple[tuple[int, ...], ViewFn]] = {
 }
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("layout", list(LAYOUTS), ids=str)
 def test_layouts(op: str, layout: str) -> None:
     shape, view = LAYOUTS[layout]
     x_cpu, x = pair(shape, torch.float32, seed=2, view=view)
-    fn = getattr(torch, op) if op == "relu" else F.silu
+    fn = FUNCTIONAL[op]
     # output layout follows the input, as TensorIterator does on the CPU
     assert_matches(fn(x), fn(x_cpu), exact=op == "relu", check_stride=True)
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_inplace_into_views(op: str) -> None:
     base_cpu, base = pair((6, 8), torch.float32, seed=3)
-    inplace = torch.relu_ if op == "relu" else torch.ops.aten.silu_
+    inplace = INPLACE[op]
     for index in ((slice(1, 4), slice(2, 7)), (slice(None), slice(None, None, 2))):
         assert inplace(base[index]).data_ptr() == base[index].data_ptr()
         inplace(base_cpu[index])
@@ -152,9 +170,11 @@ def test_special_values(dtype: torch.dtype) -> None:
     assert_matches(torch.relu(x), torch.relu(values), exact=True)
     with expect_kernel("silu", dtype):
         assert_matches(F.silu(x), F.silu(values))
+    with expect_kernel("sigmoid", dtype):
+        assert_matches(torch.sigmoid(x), torch.sigmoid(values))
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_out_resized(op: str) -> None:
     # torch.ops calls report the deprecation warning on stderr, not as a Python
     # warning (the same on the CPU), so only the result is checked here.
@@ -165,7 +185,7 @@ def test_out_resized(op: str) -> None:
     assert_matches(out, overload(x_cpu, out=torch.empty(7)), check_stride=True)
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_out_empty_takes_pytorch_layout(op: str) -> None:
     # A zero-element out is resized to the layout PyTorch gives it on the CPU.
     x_cpu, x = pair((3, 4), torch.float32, seed=4)
@@ -183,7 +203,7 @@ def test_silu_out_resize_warns() -> None:
     assert_matches(out, F.silu(x_cpu))
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_out_non_contiguous(op: str) -> None:
     x_cpu, x = pair((4, 5), torch.float32, seed=5)
     overload = getattr(torch.ops.aten, op).out
@@ -198,6 +218,9 @@ def test_out_non_contiguous(op: str) -> None:
 
 SILU_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
 RELU_REFUSED_DTYPES = (torch.bool, torch.complex64)
+# The CPU's sigmoid takes integers (a float result) and complex: infini's
+# kernel takes neither, so they run in the fallback.
+SIGMOID_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
 
 
 @fallback_off
@@ -208,6 +231,18 @@ def test_silu_refused(dtype: torch.dtype) -> None:
     before = x.cpu()
     for fn in (F.silu, torch.ops.aten.silu_, _out("silu")):
         with pytest.raises(NotImplementedError, match="silu"):
+            fn(x)
+    assert torch.equal(x.cpu(), before)
+
+
+@fallback_off
+@pytest.mark.parametrize("dtype", SIGMOID_REFUSED_DTYPES, ids=str)
+def test_sigmoid_refused(dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES["sigmoid"]
+    _, x = pair((3,), dtype)
+    before = x.cpu()
+    for fn in (torch.sigmoid, torch.sigmoid_, _out("sigmoid")):
+        with pytest.raises(NotImplementedError, match="sigmoid"):
             fn(x)
     assert torch.equal(x.cpu(), before)
 
@@ -242,18 +277,18 @@ def _falls_back_like_the_cpu(fn: UnaryFn, x_cpu: torch.Tensor, x: torch.Tensor) 
 
 @pytest.mark.parametrize(
     ("op", "dtype"),
-    [("silu", d) for d in SILU_REFUSED_DTYPES] + [("relu", d) for d in RELU_REFUSED_DTYPES],
+    [("silu", d) for d in SILU_REFUSED_DTYPES]
+    + [("relu", d) for d in RELU_REFUSED_DTYPES]
+    + [("sigmoid", d) for d in SIGMOID_REFUSED_DTYPES],
     ids=str,
 )
 def test_refused_dtypes_fall_back_to_the_cpu(op: str, dtype: torch.dtype) -> None:
-    inplace = torch.ops.aten.silu_ if op == "silu" else torch.relu_
-    functional = F.silu if op == "silu" else torch.relu
-    for fn in (functional, inplace, _out(op)):
+    for fn in (FUNCTIONAL[op], INPLACE[op], _out(op)):
         _falls_back_like_the_cpu(fn, *pair((3,), dtype))
 
 
 @fallback_off
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_out_dtype_mismatch_refused(op: str) -> None:
     x = torch.ones(3, device=DEVICE)
     overload = getattr(torch.ops.aten, op).out
@@ -261,7 +296,7 @@ def test_out_dtype_mismatch_refused(op: str) -> None:
         overload(x, out=torch.empty(3, dtype=torch.float64, device=DEVICE))
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_out_dtype_mismatch_falls_back_to_the_cpu(op: str) -> None:
     overload = getattr(torch.ops.aten, op).out
 
@@ -273,7 +308,7 @@ def test_out_dtype_mismatch_falls_back_to_the_cpu(op: str) -> None:
     _falls_back_like_the_cpu(run, *pair((3,), torch.float32, seed=7))
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_overlap_rules_as_pytorch(op: str) -> None:
     overload = getattr(torch.ops.aten, op).out
     for dev in ("cpu", DEVICE):
@@ -282,15 +317,17 @@ def test_overlap_rules_as_pytorch(op: str) -> None:
             overload(v, out=v[:1].expand(6))
         with pytest.raises(RuntimeError, match="single memory location"):
             getattr(torch.ops.aten, op + "_")(v[:1].expand(6))
-    # partial overlap of input and out: PyTorch refuses it for silu (relu.out
-    # on the CPU goes through a temporary and accepts it)
+    # partial overlap of input and out: PyTorch refuses it for silu and
+    # sigmoid (relu.out on the CPU goes through a temporary and accepts it)
+    if op == "relu":
+        return
     for dev in ("cpu", DEVICE):
         v = torch.arange(-3, 3, dtype=torch.float32).to(dev)
         with pytest.raises(RuntimeError, match="single memory location"):
-            torch.ops.aten.silu.out(v[:-1], out=v[1:])
+            overload(v[:-1], out=v[1:])
 
 
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_cpu_operands_refused(op: str) -> None:
     overload = getattr(torch.ops.aten, op).out
     # infini's own wording, or the one PyTorch uses on CUDA
@@ -303,11 +340,11 @@ def test_cpu_operands_refused(op: str) -> None:
 
 
 @requires_two_devices
-@pytest.mark.parametrize("op", ["relu", "silu"])
+@pytest.mark.parametrize("op", OPS)
 def test_second_device(op: str) -> None:
     torch.infini.set_device(0)
     x_cpu, x = pair((6, 4), torch.float32, seed=6, view=_t, device="infini:1")
-    fn = torch.relu if op == "relu" else F.silu
+    fn = FUNCTIONAL[op]
     assert_matches(fn(x), fn(x_cpu), device="infini:1", check_stride=True)
     overload = getattr(torch.ops.aten, op).out
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):

@@ -17,7 +17,8 @@
 // clang-format off
 #define TORCH_INFINI_UNARY_OPERATORS(X) \
   X(relu, Relu, kContiguousOut, at::cpu::clamp_min_out(out, x, 0)) \
-  X(silu, Silu, kIteratorOut, at::cpu::silu_out(out, x))
+  X(silu, Silu, kIteratorOut, at::cpu::silu_out(out, x)) \
+  X(sigmoid, Sigmoid, kIteratorOut, at::cpu::sigmoid_out(out, x))
 // clang-format on
 
 namespace torch_infini::ops {

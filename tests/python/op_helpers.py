@@ -135,6 +135,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "relu": FLOAT_DTYPES + INT_DTYPES,
     "silu": FLOAT_DTYPES,
     "sigmoid": FLOAT_DTYPES,
+    "gelu": FLOAT_DTYPES,
     # InfiniOps' gemm and rms_norm compute in float: no float64
     "mm": REDUCED_DTYPES + (torch.float32,),
     "bmm": REDUCED_DTYPES + (torch.float32,),
@@ -153,7 +154,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # InfiniOps implements these on accelerators only: host serves them (in
 # their accelerator dtypes, with the CPU's kernels), InfiniRT ``cpu`` not.
 _NONE_ON_INFINIRT_CPU = frozenset(
-    {"sigmoid", "infini::rotary_embedding", "infini::rotary_embedding_functional"}
+    {"sigmoid", "gelu", "infini::rotary_embedding", "infini::rotary_embedding_functional"}
 )
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa

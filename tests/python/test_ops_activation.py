@@ -1,4 +1,4 @@
-"""relu, silu and sigmoid on infini (out-of-place, in-place, out=) against the CPU oracle."""
+"""relu, silu, sigmoid and gelu on infini (out-of-place, in-place, out=) against the CPU oracle."""
 
 from __future__ import annotations
 
@@ -75,15 +75,33 @@ VARIANTS: dict[str, dict[str, UnaryFn]] = {
         "Tensor.sigmoid_": _inplace(torch.Tensor.sigmoid_),
         "sigmoid.out": _out("sigmoid"),
     },
+    "gelu": {
+        "F.gelu": F.gelu,
+        "F.gelu(tanh)": lambda t: F.gelu(t, approximate="tanh"),
+        "nn.GELU": torch.nn.GELU(),
+        "nn.GELU(tanh)": torch.nn.GELU("tanh"),
+        "gelu_": _inplace(torch.ops.aten.gelu_),
+        "gelu_(tanh)": _inplace(lambda t: torch.ops.aten.gelu_(t, approximate="tanh")),
+        "gelu.out": _out("gelu"),
+        "gelu.out(tanh)": lambda t: torch.ops.aten.gelu.out(
+            t, approximate="tanh", out=torch.empty_like(t)
+        ),
+    },
 }
 
 OPS = list(VARIANTS)
 # Each operator's functional and in-place form.
-FUNCTIONAL: dict[str, UnaryFn] = {"relu": torch.relu, "silu": F.silu, "sigmoid": torch.sigmoid}
+FUNCTIONAL: dict[str, UnaryFn] = {
+    "relu": torch.relu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "gelu": F.gelu,
+}
 INPLACE: dict[str, UnaryFn] = {
     "relu": torch.relu_,
     "silu": torch.ops.aten.silu_,
     "sigmoid": torch.sigmoid_,
+    "gelu": torch.ops.aten.gelu_,
 }
 
 CASES = [
@@ -172,6 +190,11 @@ def test_special_values(dtype: torch.dtype) -> None:
         assert_matches(F.silu(x), F.silu(values))
     with expect_kernel("sigmoid", dtype):
         assert_matches(torch.sigmoid(x), torch.sigmoid(values))
+    for approximate in ("none", "tanh"):
+        with expect_kernel("gelu", dtype):
+            assert_matches(
+                F.gelu(x, approximate=approximate), F.gelu(values, approximate=approximate)
+            )
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -221,6 +244,7 @@ RELU_REFUSED_DTYPES = (torch.bool, torch.complex64)
 # The CPU's sigmoid takes integers (a float result) and complex: infini's
 # kernel takes neither, so they run in the fallback.
 SIGMOID_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
+GELU_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
 
 
 @fallback_off
@@ -245,6 +269,29 @@ def test_sigmoid_refused(dtype: torch.dtype) -> None:
         with pytest.raises(NotImplementedError, match="sigmoid"):
             fn(x)
     assert torch.equal(x.cpu(), before)
+
+
+@fallback_off
+@pytest.mark.parametrize("dtype", GELU_REFUSED_DTYPES, ids=str)
+def test_gelu_refused(dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES["gelu"]
+    _, x = pair((3,), dtype)
+    before = x.cpu()
+    for fn in (F.gelu, torch.ops.aten.gelu_, _out("gelu")):
+        with pytest.raises(NotImplementedError, match="gelu"):
+            fn(x)
+    assert torch.equal(x.cpu(), before)
+
+
+@pytest.mark.parametrize("approximate", ["exact", "Tanh", ""])
+def test_gelu_approximate_other_than_none_or_tanh_raises_as_on_the_cpu(approximate: str) -> None:
+    x_cpu, x = pair((3,), torch.float32)
+    for fn in (F.gelu, torch.ops.aten.gelu_):
+        with pytest.raises(RuntimeError) as cpu_error:
+            fn(x_cpu.clone(), approximate=approximate)
+        with raises_exactly(RuntimeError, match=re.escape(str(cpu_error.value))):
+            fn(x, approximate=approximate)
+    assert_matches(x, x_cpu, exact=True)
 
 
 @fallback_off
@@ -279,7 +326,8 @@ def _falls_back_like_the_cpu(fn: UnaryFn, x_cpu: torch.Tensor, x: torch.Tensor) 
     ("op", "dtype"),
     [("silu", d) for d in SILU_REFUSED_DTYPES]
     + [("relu", d) for d in RELU_REFUSED_DTYPES]
-    + [("sigmoid", d) for d in SIGMOID_REFUSED_DTYPES],
+    + [("sigmoid", d) for d in SIGMOID_REFUSED_DTYPES]
+    + [("gelu", d) for d in GELU_REFUSED_DTYPES],
     ids=str,
 )
 def test_refused_dtypes_fall_back_to_the_cpu(op: str, dtype: torch.dtype) -> None:
@@ -317,8 +365,8 @@ def test_overlap_rules_as_pytorch(op: str) -> None:
             overload(v, out=v[:1].expand(6))
         with pytest.raises(RuntimeError, match="single memory location"):
             getattr(torch.ops.aten, op + "_")(v[:1].expand(6))
-    # partial overlap of input and out: PyTorch refuses it for silu and
-    # sigmoid (relu.out on the CPU goes through a temporary and accepts it)
+    # partial overlap of input and out: PyTorch refuses it for silu, sigmoid
+    # and gelu (relu.out on the CPU goes through a temporary and accepts it)
     if op == "relu":
         return
     for dev in ("cpu", DEVICE):

@@ -1,6 +1,6 @@
 // Elementwise operators: add, sub, mul (Tensor, in-place, out=), the unary
-// operators declared in unary_operators.h (relu, silu: out-of-place,
-// in-place, out=), fill_ and zero_.
+// operators declared in unary_operators.h (relu, silu, sigmoid: out-of-place,
+// in-place, out=), gelu (the same, with its `approximate`), fill_ and zero_.
 //
 // Output geometry, broadcasting, memory overlap and out= resizing follow
 // TensorIterator exactly (it is built for its checks and output allocation
@@ -406,9 +406,11 @@ at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor&
 
 enum class OutResize { kIteratorOut, kContiguousOut };
 
-// Computes into `out` (undefined: a new tensor) and returns the result.
-Operand unaryKernel(const char* name, SeamOp op, const at::Tensor& self, const at::Tensor& out,
-                    OutResize resize) {
+// Computes into `out` (undefined: a new tensor) with `launch(result)` and
+// returns the result.
+template <class Launch>
+Operand unaryInto(const char* name, SeamOp op, const at::Tensor& self, const at::Tensor& out,
+                  OutResize resize, Launch launch) {
   checkInfiniTensor(name, "input", self);
   if (out.defined()) {
     checkInfiniTensor(name, "out", out);
@@ -422,9 +424,15 @@ Operand unaryKernel(const char* name, SeamOp op, const at::Tensor& self, const a
     at::native::resize_output(out, self.sizes());
   }
   Operand result = elementwiseOutput(out, {self});
-  if (result->numel() > 0)
-    selectedKernelProvider().unary(op, toRef(*result), toRef(self), streamOf(*result));
+  if (result->numel() > 0) launch(*result);
   return result;
+}
+
+Operand unaryKernel(const char* name, SeamOp op, const at::Tensor& self, const at::Tensor& out,
+                    OutResize resize) {
+  return unaryInto(name, op, self, out, resize, [&](const at::Tensor& result) {
+    selectedKernelProvider().unary(op, toRef(result), toRef(self), streamOf(result));
+  });
 }
 
 // name, name_ and name.out of each declared unary operator.
@@ -444,6 +452,34 @@ Operand unaryKernel(const char* name, SeamOp op, const at::Tensor& self, const a
   };
 TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_DEFINE_UNARY)
 #undef TORCH_INFINI_DEFINE_UNARY
+
+// gelu, gelu_ and gelu.out: a unary operator with PyTorch's `approximate`
+// ("none": erf; "tanh"), which InfiniOps' Gelu takes as it is.
+Operand geluKernel(const char* name, const at::Tensor& self, const at::Tensor& out,
+                   c10::string_view approximate) {
+  // ATen's own check, with its message (at::native::get_gelutype_enum).
+  TORCH_CHECK(approximate == "none" || approximate == "tanh",
+              "approximate argument must be either none or tanh.");
+  const bool tanh = approximate == "tanh";
+  return unaryInto(
+      name, SeamOp::Gelu, self, out, OutResize::kIteratorOut, [&](const at::Tensor& result) {
+        selectedKernelProvider().gelu(toRef(result), toRef(self), tanh, streamOf(result));
+      });
+}
+
+at::Tensor gelu(const at::Tensor& self, c10::string_view approximate) {
+  return *geluKernel("gelu", self, at::Tensor(), approximate);
+}
+
+at::Tensor& gelu_(at::Tensor& self, c10::string_view approximate) {
+  geluKernel("gelu_", self, self, approximate);
+  return self;
+}
+
+at::Tensor& gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
+  geluKernel("gelu.out", self, out, approximate);
+  return out;
+}
 
 // ------------------------------------------------------------ fill, zero
 
@@ -532,6 +568,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
             TORCH_FN((OrCpuFallback<at::_ops::name##_out, &name##_unary::out>::call)));
   TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_REGISTER_UNARY)
 #undef TORCH_INFINI_REGISTER_UNARY
+  BridgeRegistrar gelu_ops(m, "aten", "activation", SeamOp::Gelu);
+  TORCH_INFINI_IMPL_OR_FALLBACK(gelu_ops, "gelu", gelu);
+  TORCH_INFINI_IMPL_OR_FALLBACK(gelu_ops, "gelu_", gelu_);
+  TORCH_INFINI_IMPL_OR_FALLBACK(gelu_ops, "gelu.out", gelu_out);
   // A fill kernel or a one-time pattern upload: every dtype.
   BridgeRegistrar fill(m, "aten", "fill");
   fill.impl("fill_.Scalar", fill_Scalar);

@@ -87,6 +87,10 @@ class KernelProvider {
   // out and x of one shape, any strides.
   virtual void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
                      runtime::StreamHandle stream) = 0;
+  // out = gelu(x), exact (erf) or, with `tanh`, PyTorch's tanh
+  // approximation; out and x of one shape, any strides.
+  virtual void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
+                    runtime::StreamHandle stream) = 0;
   // Normalizes over the last dimension; x and out are 2-D or 3-D.
   virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                        runtime::StreamHandle stream) = 0;

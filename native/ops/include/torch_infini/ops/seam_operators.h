@@ -22,6 +22,7 @@
 //   Gemm            out = alpha * a @ b, 2-D or batched 3-D
 //   Relu, Silu,     unary elementwise (unary_operators.h): out = f(x)
 //   Sigmoid
+//   Gelu            out = gelu(x), exact (erf) or tanh-approximated
 //   RmsNorm         out = x / sqrt(mean(x^2, -1) + eps) * weight
 //   Random          a draw from the device generator's Philox stream (random/fill.h)
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
@@ -47,6 +48,7 @@
   X(Relu, relu, Relu, kReluTypes, kCpuAndCudaLike, nullptr) \
   X(Silu, silu, Silu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
   X(Sigmoid, sigmoid, Sigmoid, kAllFloatTypes, kCudaLike, nullptr) \
+  X(Gelu, gelu, Gelu, kAllFloatTypes, kCudaLike, nullptr) \
   X(RmsNorm, rms_norm, RmsNorm, kAllFloatTypes, kAll & ~on({"ascend", "hygon"}), "float") \
   X(Random, random, none, {}, {}, {}) \
   X(SiluAndMul, silu_and_mul, SiluAndMul, kAllFloatTypes, kCpuAndCudaLike, nullptr) \

@@ -384,6 +384,18 @@ class HostKernels final : public KernelProvider {
     TORCH_CHECK(false, "host provider: ", opName(op), " is not a unary seam operator");
   }
 
+  void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
+            runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [tanh](const TensorRef& out_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(out_ref, 0);
+          at::cpu::gelu_out(o, al(x_ref, 1), tanh ? "tanh" : "none");
+        },
+        out, x);
+  }
+
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
     submit(

@@ -250,6 +250,18 @@ class InfiniOpsKernels final : public KernelProvider {
     unavailable(opName(op));
   }
 
+  void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
+            runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_GELU
+    // InfiniOps' Gelu takes PyTorch's argument: "none" (erf) or "tanh".
+    infini::ops::Gelu::Call(handle(out, stream), config_, view(x),
+                            std::string(tanh ? "tanh" : "none"), view(out));
+#else
+    unavailable("gelu");
+#endif
+  }
+
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();

@@ -52,6 +52,13 @@ CASES: dict[str, GradCase] = {
     "relu_": GradCase("aten::relu_", lambda a: a.clone().relu_(), [(3, 4)]),
     "silu": GradCase("aten::silu", F.silu, [(3, 4)]),
     "silu_": GradCase("aten::silu_", lambda a: F.silu(a.clone(), inplace=True), [(3, 4)]),
+    "sigmoid": GradCase("aten::sigmoid", torch.sigmoid, [(3, 4)]),
+    "sigmoid_": GradCase("aten::sigmoid_", lambda a: a.clone().sigmoid_(), [(3, 4)]),
+    "gelu": GradCase("aten::gelu", F.gelu, [(3, 4)]),
+    "gelu (tanh)": GradCase("aten::gelu", lambda a: F.gelu(a, approximate="tanh"), [(3, 4)]),
+    "gelu_": GradCase(
+        "aten::gelu_", lambda a: torch.ops.aten.gelu_(a.clone(), approximate="tanh"), [(3, 4)]
+    ),
     "cat": GradCase("aten::cat", lambda a, b: torch.cat([a, b.t()], 1), [(3, 4), (2, 3)]),
     "stack": GradCase("aten::cat", lambda a, b: torch.stack([a, b], -1), [(3, 4), (3, 4)]),
     "mm": GradCase("aten::mm", torch.mm, [(3, 4), (4, 5)]),
@@ -155,6 +162,8 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::mul.out": "out= variant",
     "aten::relu.out": "out= variant",
     "aten::silu.out": "out= variant",
+    "aten::sigmoid.out": "out= variant",
+    "aten::gelu.out": "out= variant",
     "aten::mm.out": "out= variant",
     "aten::bmm.out": "out= variant",
     "aten::addmm.out": "out= variant",

@@ -36,7 +36,7 @@ UNSUPPORTED: dict[str, tuple[Call, str]] = {
     "neg": (lambda x: -x, "neg"),
     "div": (lambda x: x / 2, "div"),
     "eq": (lambda x: x == x, "eq"),
-    "sigmoid": (torch.sigmoid, "sigmoid"),
+    "log_sigmoid": (torch.nn.functional.logsigmoid, "log_sigmoid_forward"),
     "tanh": (torch.tanh, "tanh"),
     "pow": (lambda x: x**2, "pow"),
     "argmax": (lambda x: x.argmax(), "argmax"),

@@ -201,16 +201,16 @@ class MaxResidual(nn.Module):
         return torch.maximum(x, self.lin(x))
 
 
-class GeluMLP(MLP):
+class SoftplusMLP(MLP):
     def __init__(self) -> None:
         super().__init__(8, 8)
-        self.act = nn.GELU()
+        self.act = nn.Softplus()
 
 
 UNSUPPORTED_MODELS: dict[str, tuple[type[nn.Module], str]] = {
     "tanh": (TanhMLP, "tanh"),
     "maximum": (MaxResidual, "maximum"),
-    "gelu": (GeluMLP, "gelu"),
+    "softplus": (SoftplusMLP, "softplus"),
 }
 
 

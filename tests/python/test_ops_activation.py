@@ -239,46 +239,30 @@ def test_out_non_contiguous(op: str) -> None:
     assert_matches(base, base_cpu)
 
 
-SILU_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
 RELU_REFUSED_DTYPES = (torch.bool, torch.complex64)
-# The CPU's sigmoid takes integers (a float result) and complex: infini's
-# kernel takes neither, so they run in the fallback.
-SIGMOID_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
-GELU_REFUSED_DTYPES = INT_DTYPES + (torch.bool, torch.complex64)
+# The dtypes each operator's kernel refuses. The CPU's sigmoid takes integers
+# (a float result) and complex, its silu and gelu neither: on infini they all
+# run in the fallback.
+REFUSED_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "silu": INT_DTYPES + (torch.bool, torch.complex64),
+    "sigmoid": INT_DTYPES + (torch.bool, torch.complex64),
+    "gelu": INT_DTYPES + (torch.bool, torch.complex64),
+    "relu": RELU_REFUSED_DTYPES,
+}
 
 
 @fallback_off
-@pytest.mark.parametrize("dtype", SILU_REFUSED_DTYPES, ids=str)
-def test_silu_refused(dtype: torch.dtype) -> None:
-    assert dtype not in KERNEL_DTYPES["silu"]
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [(op, d) for op in ("silu", "sigmoid", "gelu") for d in REFUSED_DTYPES[op]],
+    ids=str,
+)
+def test_refused(op: str, dtype: torch.dtype) -> None:
+    assert dtype not in KERNEL_DTYPES[op]
     _, x = pair((3,), dtype)
     before = x.cpu()
-    for fn in (F.silu, torch.ops.aten.silu_, _out("silu")):
-        with pytest.raises(NotImplementedError, match="silu"):
-            fn(x)
-    assert torch.equal(x.cpu(), before)
-
-
-@fallback_off
-@pytest.mark.parametrize("dtype", SIGMOID_REFUSED_DTYPES, ids=str)
-def test_sigmoid_refused(dtype: torch.dtype) -> None:
-    assert dtype not in KERNEL_DTYPES["sigmoid"]
-    _, x = pair((3,), dtype)
-    before = x.cpu()
-    for fn in (torch.sigmoid, torch.sigmoid_, _out("sigmoid")):
-        with pytest.raises(NotImplementedError, match="sigmoid"):
-            fn(x)
-    assert torch.equal(x.cpu(), before)
-
-
-@fallback_off
-@pytest.mark.parametrize("dtype", GELU_REFUSED_DTYPES, ids=str)
-def test_gelu_refused(dtype: torch.dtype) -> None:
-    assert dtype not in KERNEL_DTYPES["gelu"]
-    _, x = pair((3,), dtype)
-    before = x.cpu()
-    for fn in (F.gelu, torch.ops.aten.gelu_, _out("gelu")):
-        with pytest.raises(NotImplementedError, match="gelu"):
+    for fn in (FUNCTIONAL[op], INPLACE[op], _out(op)):
+        with pytest.raises(NotImplementedError, match=op):
             fn(x)
     assert torch.equal(x.cpu(), before)
 
@@ -324,10 +308,7 @@ def _falls_back_like_the_cpu(fn: UnaryFn, x_cpu: torch.Tensor, x: torch.Tensor) 
 
 @pytest.mark.parametrize(
     ("op", "dtype"),
-    [("silu", d) for d in SILU_REFUSED_DTYPES]
-    + [("relu", d) for d in RELU_REFUSED_DTYPES]
-    + [("sigmoid", d) for d in SIGMOID_REFUSED_DTYPES]
-    + [("gelu", d) for d in GELU_REFUSED_DTYPES],
+    [(op, d) for op, dtypes in REFUSED_DTYPES.items() for d in dtypes],
     ids=str,
 )
 def test_refused_dtypes_fall_back_to_the_cpu(op: str, dtype: torch.dtype) -> None:

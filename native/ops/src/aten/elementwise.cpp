@@ -10,6 +10,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/Gelu.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/result_type_native.h>
 #include <torch/library.h>
@@ -457,10 +458,8 @@ TORCH_INFINI_UNARY_OPERATORS(TORCH_INFINI_DEFINE_UNARY)
 // ("none": erf; "tanh"), which InfiniOps' Gelu takes as it is.
 Operand geluKernel(const char* name, const at::Tensor& self, const at::Tensor& out,
                    c10::string_view approximate) {
-  // ATen's own check, with its message (at::native::get_gelutype_enum).
-  TORCH_CHECK(approximate == "none" || approximate == "tanh",
-              "approximate argument must be either none or tanh.");
-  const bool tanh = approximate == "tanh";
+  // ATen's own parse: any other string raises its error.
+  const bool tanh = at::native::get_gelutype_enum(approximate) == at::native::GeluType::Tanh;
   return unaryInto(
       name, SeamOp::Gelu, self, out, OutResize::kIteratorOut, [&](const at::Tensor& result) {
         selectedKernelProvider().gelu(toRef(result), toRef(self), tanh, streamOf(result));

@@ -158,3 +158,51 @@ def test_gradients_through_a_lowered_call_match_cpu(name: str) -> None:
     for leaf, d in zip(leaves, dev, strict=True):
         assert d.grad is not None
         torch.testing.assert_close(d.grad.cpu(), leaf.grad)
+
+
+def _sized_inputs(name: str, n: int) -> tuple[torch.Tensor, ...]:
+    """Inputs whose sizes grow with n: rows, sequence and, for silu_and_mul,
+    the width. For n in N_SIZES no two sizes are equal and none is 1 (Dynamo
+    would tie equal sizes together and specialize a 1)."""
+    g = torch.Generator().manual_seed(n)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=g)
+
+    return {
+        "silu_and_mul": lambda: (randn(2, n, 8 * n),),
+        "swiglu": lambda: (randn(n, 24), randn(n, 24)),
+        "causal_softmax": lambda: (randn(3, n, 2 * n + 1),),
+        "rms_norm": lambda: (randn(2, n, 32), randn(32)),
+        "add_rms_norm": lambda: (randn(n, 3, 32), randn(n, 3, 32), randn(32)),
+    }[name]()
+
+
+N_SIZES = (4, 5, 7)
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_with_gradients_one_dynamic_compile_serves_every_size(name: str) -> None:
+    """Training (autograd on) with torch.compile(dynamic=True): the forward
+    and the operator's backward formula are traced with symbolic sizes, so
+    new lengths reuse the one compile; gradients match the oracle's."""
+    from torch._dynamo.utils import counters
+
+    fn = torch.compile(_call(name), dynamic=True)
+    counters.clear()
+    for n in N_SIZES:
+        xs = _sized_inputs(name, n)
+        leaves = [x.clone().requires_grad_() for x in xs]
+        dev = [x.detach().to(DEVICE).requires_grad_() for x in xs]
+        want = _oracle(name)(*leaves)
+        got = fn(*dev)
+        wants = want if isinstance(want, tuple) else (want,)
+        gots = got if isinstance(got, tuple) else (got,)
+        weights = [torch.randn(w.shape, generator=torch.Generator().manual_seed(n)) for w in wants]
+        sum((w * c).sum() for w, c in zip(wants, weights, strict=True)).backward()
+        sum((d * c.to(DEVICE)).sum() for d, c in zip(gots, weights, strict=True)).backward()
+        _assert_matches(tuple(x.detach() for x in gots), tuple(w.detach() for w in wants))
+        for leaf, d in zip(leaves, dev, strict=True):
+            assert d.grad is not None
+            torch.testing.assert_close(d.grad.cpu(), leaf.grad)
+    assert counters["stats"]["unique_graphs"] == 1

@@ -209,8 +209,11 @@ class SiluAndMulFunction : public torch::autograd::Function<SiluAndMulFunction> 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor x = ctx->get_saved_variables()[0];
-    const int64_t h = x.size(-1) / 2;
-    auto [d_gate, d_up] = siluProductGrads(grads[0], x.narrow(-1, 0, h), x.narrow(-1, h, h));
+    // Symbolic sizes: under torch.compile(dynamic=True) an int would
+    // specialize the traced backward to this call's width.
+    const c10::SymInt h = x.sym_size(-1) / 2;
+    auto [d_gate, d_up] =
+        siluProductGrads(grads[0], x.narrow_symint(-1, 0, h), x.narrow_symint(-1, h, h));
     return {at::cat({d_gate, d_up}, -1)};
   }
 };
@@ -230,10 +233,15 @@ class CausalSoftmaxFunction : public torch::autograd::Function<CausalSoftmaxFunc
     const c10::ScalarType w = wide(y.scalar_type());
     at::Tensor grad = at::_softmax_backward_data(grads[0].to(w), y.to(w), -1, w);
     // A masked entry does not reach the output: its gradient is +0, as
-    // through masked_fill (y * (...) would give -0 or NaN there).
-    const int64_t s = y.size(-2), t = y.size(-1);
-    const at::Tensor masked =
-        at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).triu(t - s + 1).to(y.device());
+    // through masked_fill (y * (...) would give -0 or NaN there). Entry
+    // (i, j) is masked where j > i + t - s; built from symbolic sizes (an
+    // int, as triu's diagonal is, would specialize a compiled backward to
+    // this call's lengths).
+    const c10::SymInt s = y.sym_size(-2), t = y.sym_size(-1);
+    const auto positions = at::TensorOptions().dtype(at::kLong).device(y.device());
+    const at::Tensor columns = at::arange(c10::Scalar(t), positions);
+    const at::Tensor last_visible = at::arange(c10::Scalar(s), positions).add(c10::Scalar(t - s));
+    const at::Tensor masked = columns.unsqueeze(0).gt(last_visible.unsqueeze(1));
     return {grad.masked_fill_(masked, 0).to(y.scalar_type())};
   }
 };

@@ -179,7 +179,9 @@ std::pair<at::Tensor, at::Tensor> rmsNormGrads(const at::Tensor& grad, const at:
   const at::Tensor g = grad.to(w);
   const at::Tensor gw = g * weight.to(w);
   at::Tensor d_x = r * gw - x * r.pow(3) * (gw * x).mean(-1, /*keepdim=*/true);
-  at::Tensor d_weight = (g * x * r).reshape({-1, x.size(-1)}).sum(0).to(weight.scalar_type());
+  // Symbolic sizes: an int would specialize a compiled backward.
+  at::Tensor d_weight =
+      (g * x * r).reshape_symint({-1, x.sym_size(-1)}).sum(0).to(weight.scalar_type());
   return {d_x, d_weight};
 }
 

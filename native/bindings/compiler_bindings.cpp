@@ -3,6 +3,7 @@
 // current infini stream.
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -29,13 +30,13 @@ namespace {
 // One 8-byte slot per argument, as the plug-in interface passes them:
 // kinds[i] is 'p' (an infini tensor's data pointer, or a pointer as an
 // int), 'i' (int64_t) or 'f' (double). Tensors are read here rather than in
-// Python: this runs once per kernel launch of every compiled graph.
-std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
-                              std::string_view kinds) {
-  const size_t n = nb::len(args);
-  TORCH_CHECK_VALUE(n == kinds.size(), "kernel '", kernel.name(), "': ", n, " arguments for ",
-                    kinds.size(), " argument kinds");
-  std::vector<uint64_t> slots(n);
+// Python: this runs once per kernel launch of every compiled graph. `who`
+// prefixes the messages ("kernel 'name': "), or is empty.
+using Slots = c10::SmallVector<uint64_t, 16>;
+
+template <typename Args>
+Slots slotsOf(const Args& args, size_t n, std::string_view kinds, std::string_view who) {
+  Slots slots(n);
   for (size_t i = 0; i < n; ++i) {
     nb::object arg = args[i];  // owned: args[i] may make a new object
     if (kinds[i] == 'f') {
@@ -43,11 +44,11 @@ std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
       std::memcpy(&slots[i], &value, sizeof value);
     } else if (kinds[i] == 'p' && THPVariable_Check(arg.ptr())) {
       const at::Tensor& tensor = THPVariable_Unpack(arg.ptr());
-      TORCH_CHECK_TYPE(tensor.device().type() == c10::DeviceType::PrivateUse1, "argument ", i,
+      TORCH_CHECK_TYPE(tensor.device().type() == c10::DeviceType::PrivateUse1, who, "argument ", i,
                        " must be an infini tensor, got ", tensor.device());
       slots[i] = reinterpret_cast<uint64_t>(tensor.data_ptr());
     } else {
-      TORCH_CHECK_TYPE(PyLong_Check(arg.ptr()), "argument ", i, ": expected ",
+      TORCH_CHECK_TYPE(PyLong_Check(arg.ptr()), who, "argument ", i, ": expected ",
                        kinds[i] == 'p' ? "an infini tensor or an address" : "an int", ", got ",
                        nb::inst_name(arg).c_str());
       const int64_t value = nb::cast<int64_t>(arg);
@@ -56,6 +57,27 @@ std::vector<uint64_t> slotsOf(const compiler::Kernel& kernel, nb::handle args,
   }
   return slots;
 }
+
+// A kernel with its argument kinds: what a compiled graph's wrapper calls,
+// `kernel.launch(device, *args)`, once per kernel per call (no Python frame
+// in between).
+struct BoundKernel {
+  nb::object kernel;  // the _CompilerKernel
+  std::string name;
+  std::string kinds;
+  std::string who;  // "kernel 'name': "
+
+  void launch(int64_t device, nb::args args) const {
+    const size_t n = args.size();
+    TORCH_CHECK_VALUE(n == kinds.size(), "kernel '", name, "' takes ", kinds.size(),
+                      " arguments, got ", n);
+    const Slots slots = slotsOf(args, n, kinds, who);
+    void* stream = torch_infini::nativeStream(torch_infini::currentStream(deviceArg(device)));
+    nb::inst_ptr<compiler::Kernel>(kernel)->launch(slots.data(), slots.size(), kOneDim, kOneDim, 0,
+                                                   stream);
+  }
+  static constexpr std::array<uint32_t, 3> kOneDim{1, 1, 1};
+};
 
 // torch.empty_strided(size, stride, dtype=dtype, device="infini") without
 // Python's argument parsing or the dispatcher: what compiled graphs
@@ -103,15 +125,35 @@ void bindCompiler(nb::module_& m) {
           [](const compiler::Kernel& kernel, nb::handle args, std::string_view kinds,
              int64_t device, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
              size_t shared_memory) {
-            const std::vector<uint64_t> slots = slotsOf(kernel, args, kinds);
+            const size_t n = nb::len(args);
+            TORCH_CHECK_VALUE(n == kinds.size(), "kernel '", kernel.name(), "': ", n,
+                              " arguments for ", kinds.size(), " argument kinds");
+            const Slots slots = slotsOf(args, n, kinds, "");
             void* stream =
                 torch_infini::nativeStream(torch_infini::currentStream(deviceArg(device)));
-            kernel.launch(slots, grid, block, shared_memory, stream);
+            kernel.launch(slots.data(), slots.size(), grid, block, shared_memory, stream);
           },
           nb::arg("args"), nb::arg("kinds"), nb::arg("device"),
           nb::arg("grid") = std::array<uint32_t, 3>{1, 1, 1},
           nb::arg("block") = std::array<uint32_t, 3>{1, 1, 1}, nb::arg("shared_memory") = 0,
-          "Queues the kernel on `device`'s current infini stream.");
+          "Queues the kernel on `device`'s current infini stream.")
+      .def(
+          "bind",
+          [](nb::object self, std::string name, std::string kinds) {
+            std::string who = "kernel '" + name + "': ";
+            return BoundKernel{std::move(self), std::move(name), std::move(kinds), std::move(who)};
+          },
+          nb::arg("name"), nb::arg("kinds"),
+          "This kernel with its argument kinds, launched as `launch(device, *args)`.");
+
+  nb::class_<BoundKernel>(m, "_BoundKernel")
+      .def_ro("name", &BoundKernel::name)
+      .def_ro("_kernel", &BoundKernel::kernel)
+      .def_ro("kinds", &BoundKernel::kinds)
+      .def("launch", &BoundKernel::launch,
+           "Queues the kernel on `device`'s current infini stream.");
+  m.def("_compiler_kernel_launches", &compiler::Kernel::launches,
+        "Kernel launches through compiler plug-ins so far, in this process.");
 
   nb::class_<compiler::Module>(m, "_CompilerModule")
       .def("kernel", [](const compiler::Module& module, const std::string& name) {

@@ -272,30 +272,20 @@ class _BinaryCache:
 _binaries = _BinaryCache()
 
 
-class CppKernel:
-    """One of Inductor's C++ kernels, compiled and loaded by the plug-in;
-    calling it queues it on the device's current infini stream."""
+# One of Inductor's C++ kernels, compiled and loaded by the plug-in, with
+# its argument kinds: ``kernel.launch(device, *args)`` queues it on the
+# device's current infini stream. The launch is C++ from the wrapper's call
+# on (tensors checked and read there): no Python frame per kernel.
+CppKernel = _C._BoundKernel
 
-    __slots__ = ("_kernel", "_kinds", "name")
 
-    def __init__(self, name: str, arg_types: list[str], kernel: Any) -> None:
-        self.name = name
-        self._kernel = kernel
-        kinds = []
-        for cpp_type in (t.strip() for t in arg_types):
-            kinds.append("p" if cpp_type.endswith("*") else "f" if cpp_type in _FLOATING else "i")
-        self._kinds = "".join(kinds)
-
-    def launch(self, device: int, *args: Any) -> None:
-        if len(args) != len(self._kinds):
-            raise ValueError(
-                f"kernel {self.name!r} takes {len(self._kinds)} arguments, got {len(args)}"
-            )
-        try:
-            # Tensors are checked and read in C++ (once per launch).
-            self._kernel.launch(args, self._kinds, device)
-        except TypeError as e:
-            raise TypeError(f"kernel {self.name!r}: {e}") from None
+def _argument_kinds(arg_types: list[str]) -> str:
+    """One letter per argument, as the plug-in's launch slots hold them:
+    ``p`` pointer, ``f`` double, ``i`` int64."""
+    kinds = []
+    for cpp_type in (t.strip() for t in arg_types):
+        kinds.append("p" if cpp_type.endswith("*") else "f" if cpp_type in _FLOATING else "i")
+    return "".join(kinds)
 
 
 # What compiled graphs allocate their buffers with (Inductor's
@@ -322,7 +312,7 @@ def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
         kernel = compiler.load(_binaries.get(compiler, full, options)).kernel("kernel")
         with _loaded_lock:
             kernel = _loaded.setdefault(key, kernel)
-    return CppKernel(name, arg_types, kernel)
+    return kernel.bind(name, _argument_kinds(arg_types))
 
 
 _loaded: dict[tuple[str, str, str, str], Any] = {}

@@ -3,8 +3,10 @@
 #include "torch_infini/compiler/plugin.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 
@@ -17,7 +19,9 @@ constexpr size_t kRequiredTableSize =
 
 // A message buffer for one call into the plug-in.
 struct ErrorBuffer {
-  char text[4096] = "";
+  // Only the first byte is cleared: a launch should not write 4 KiB of zeros.
+  ErrorBuffer() { text[0] = '\0'; }
+  char text[4096];
   std::string str() const {
     const std::string message(text, strnlen(text, sizeof text));
     return message.empty() ? "(the plug-in gave no message)" : message;
@@ -153,13 +157,18 @@ Kernel Module::kernel(const std::string& name) const {
   return Kernel(shared_from_this(), name, function, num_args);
 }
 
-void Kernel::launch(const std::vector<uint64_t>& slots, std::array<uint32_t, 3> grid,
-                    std::array<uint32_t, 3> block, size_t shared_memory, void* stream) const {
+namespace {
+std::atomic<uint64_t> launch_count{0};
+}  // namespace
+
+void Kernel::launch(const uint64_t* slots, size_t count, const std::array<uint32_t, 3>& grid,
+                    const std::array<uint32_t, 3>& block, size_t shared_memory,
+                    void* stream) const {
   // The plug-in checks the count too; this names the kernel without a call.
-  TORCH_CHECK_VALUE(slots.size() == num_args_, "kernel '", name_, "' takes ", num_args_,
-                    " arguments, got ", slots.size());
-  std::vector<void*> args(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) args[i] = const_cast<uint64_t*>(&slots[i]);
+  TORCH_CHECK_VALUE(count == num_args_, "kernel '", name_, "' takes ", num_args_,
+                    " arguments, got ", count);
+  c10::SmallVector<void*, 16> args(count);
+  for (size_t i = 0; i < count; ++i) args[i] = const_cast<uint64_t*>(&slots[i]);
   ErrorBuffer error;
   const auto& table = module_->plugin().table();
   const int status =
@@ -167,6 +176,9 @@ void Kernel::launch(const std::vector<uint64_t>& slots, std::array<uint32_t, 3> 
                           block.data(), shared_memory, stream, error.text, sizeof error.text);
   TORCH_CHECK(status == 0, module_->plugin().describe(), ": launch_kernel of '", name_,
               "' failed: ", error.str());
+  launch_count.fetch_add(1, std::memory_order_relaxed);
 }
+
+uint64_t Kernel::launches() { return launch_count.load(std::memory_order_relaxed); }
 
 }  // namespace torch_infini::compiler

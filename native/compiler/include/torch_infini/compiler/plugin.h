@@ -59,8 +59,14 @@ class Kernel {
   const std::string& name() const { return name_; }
   size_t numArgs() const { return num_args_; }
   // `slots`: one 8-byte value per argument (pointer, int64_t or double).
-  void launch(const std::vector<uint64_t>& slots, std::array<uint32_t, 3> grid,
-              std::array<uint32_t, 3> block, size_t shared_memory, void* stream) const;
+  void launch(const uint64_t* slots, size_t count, const std::array<uint32_t, 3>& grid,
+              const std::array<uint32_t, 3>& block, size_t shared_memory, void* stream) const;
+  void launch(const std::vector<uint64_t>& slots, const std::array<uint32_t, 3>& grid,
+              const std::array<uint32_t, 3>& block, size_t shared_memory, void* stream) const {
+    launch(slots.data(), slots.size(), grid, block, shared_memory, stream);
+  }
+  // Launches of any kernel so far, in this process (tests count them).
+  static uint64_t launches();
 
  private:
   std::shared_ptr<const Module> module_;  // kept loaded while the kernel lives

@@ -59,8 +59,13 @@ struct CpuModule : std::enable_shared_from_this<CpuModule> {
 struct Launch {
   std::shared_ptr<CpuModule> module;
   const CpuKernel* kernel;
-  std::vector<uint64_t> slots;
-  std::vector<void*> args;
+  void** args = nullptr;  // args[i] points at slot i
+  // Inline up to kInline arguments (one allocation per launch), else on the heap.
+  static constexpr size_t kInline = 16;
+  uint64_t inline_slots[kInline];
+  void* inline_args[kInline];
+  std::vector<uint64_t> heap_slots;
+  std::vector<void*> heap_args;
 };
 
 struct Context {
@@ -225,7 +230,7 @@ int kernelAddress(void* /*context*/, void* module, const char* name, void** func
 
 int runLaunch(void* data, char* error, size_t error_size) {
   auto* launch = static_cast<Launch*>(data);
-  return launch->kernel->entry(launch->args.data(), error, error_size);
+  return launch->kernel->entry(launch->args, error, error_size);
 }
 
 void releaseLaunch(void* data) { delete static_cast<Launch*>(data); }
@@ -240,12 +245,20 @@ int launchKernel(void* /*context*/, void* function, void** args, size_t num_args
     return fail(error, error_size,
                 "kernel '" + kernel->name + "' takes " + std::to_string(kernel->num_args) +
                     " arguments, got " + std::to_string(num_args));
-  auto* launch = new Launch{kernel->module->shared_from_this(), kernel, {}, {}};
-  launch->slots.resize(num_args);
-  launch->args.resize(num_args);
+  auto* launch = new Launch();
+  launch->module = kernel->module->shared_from_this();
+  launch->kernel = kernel;
+  uint64_t* slots = launch->inline_slots;
+  launch->args = launch->inline_args;
+  if (num_args > Launch::kInline) {
+    launch->heap_slots.resize(num_args);
+    launch->heap_args.resize(num_args);
+    slots = launch->heap_slots.data();
+    launch->args = launch->heap_args.data();
+  }
   for (size_t i = 0; i < num_args; ++i) {
-    std::memcpy(&launch->slots[i], args[i], sizeof(uint64_t));
-    launch->args[i] = &launch->slots[i];
+    std::memcpy(&slots[i], args[i], sizeof(uint64_t));
+    launch->args[i] = &slots[i];
   }
   // The runtime owns `launch` from here on, failure included.
   return torch_infini_launch_host_function(stream, &runLaunch, launch, &releaseLaunch, error,

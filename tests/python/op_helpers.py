@@ -141,6 +141,8 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "bmm": REDUCED_DTYPES + (torch.float32,),
     "addmm": REDUCED_DTYPES + (torch.float32,),
     "rms_norm": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' softmax computes in float: no float64
+    "_softmax": REDUCED_DTYPES + (torch.float32,),
     "cat": FLOAT_DTYPES + INT_DTYPES + UNSIGNED_DTYPES,
     "infini::silu_and_mul": FLOAT_DTYPES,
     "infini::swiglu": FLOAT_DTYPES,
@@ -154,7 +156,13 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 # InfiniOps implements these on accelerators only: host serves them (in
 # their accelerator dtypes, with the CPU's kernels), InfiniRT ``cpu`` not.
 _NONE_ON_INFINIRT_CPU = frozenset(
-    {"sigmoid", "gelu", "infini::rotary_embedding", "infini::rotary_embedding_functional"}
+    {
+        "sigmoid",
+        "gelu",
+        "_softmax",
+        "infini::rotary_embedding",
+        "infini::rotary_embedding_functional",
+    }
 )
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa

@@ -55,6 +55,8 @@ CASES: dict[str, GradCase] = {
     "sigmoid": GradCase("aten::sigmoid", torch.sigmoid, [(3, 4)]),
     "sigmoid_": GradCase("aten::sigmoid_", lambda a: a.clone().sigmoid_(), [(3, 4)]),
     "gelu": GradCase("aten::gelu", F.gelu, [(3, 4)]),
+    "softmax": GradCase("aten::_softmax", lambda a: torch.softmax(a, -1), [(3, 4)]),
+    "softmax (dim 0)": GradCase("aten::_softmax", lambda a: F.softmax(a, dim=0), [(3, 4)]),
     "gelu (tanh)": GradCase("aten::gelu", lambda a: F.gelu(a, approximate="tanh"), [(3, 4)]),
     "gelu_": GradCase(
         "aten::gelu_", lambda a: torch.ops.aten.gelu_(a.clone(), approximate="tanh"), [(3, 4)]
@@ -164,6 +166,7 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "aten::silu.out": "out= variant",
     "aten::sigmoid.out": "out= variant",
     "aten::gelu.out": "out= variant",
+    "aten::_softmax.out": "out= variant",
     "aten::mm.out": "out= variant",
     "aten::bmm.out": "out= variant",
     "aten::addmm.out": "out= variant",

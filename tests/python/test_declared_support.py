@@ -63,6 +63,7 @@ CALLS: dict[str, tuple[str, Call]] = {
     "silu": ("silu", lambda dt, d: F.silu(_t((3, 4), dt, d, 1))),
     "sigmoid": ("sigmoid", lambda dt, d: torch.sigmoid(_t((3, 4), dt, d, 1))),
     "gelu": ("gelu", lambda dt, d: F.gelu(_t((3, 4), dt, d, 1))),
+    "softmax": ("_softmax", lambda dt, d: torch.softmax(_t((3, 4), dt, d, 1), -1)),
     "rms_norm": ("rms_norm", lambda dt, d: F.rms_norm(_t((3, 8), dt, d, 1), (8,))),
     "silu_and_mul": (
         "infini::silu_and_mul",

@@ -29,7 +29,7 @@ UNSUPPORTED: dict[str, tuple[Call, str]] = {
     "sum(dim)": (lambda x: torch.sum(x, dim=0), "sum"),
     "exp": (torch.exp, "exp"),
     "flip": (lambda x: torch.flip(x, [0]), "flip"),
-    "softmax": (lambda x: torch.softmax(x, dim=-1), "_softmax"),
+    "log_softmax": (lambda x: torch.log_softmax(x, dim=-1), "_log_softmax"),
     "maximum": (lambda x: torch.maximum(x, x), "maximum"),
     "x % 2": (lambda x: x % 2, "remainder"),
     "mean": (lambda x: x.mean(), "mean"),

@@ -1,5 +1,7 @@
 // rms_norm (torch.nn.functional.rms_norm, nn.RMSNorm) over one normalized
-// dimension, 2-D and 3-D inputs, through the kernel seam's RmsNorm.
+// dimension, 2-D and 3-D inputs, through the kernel seam's RmsNorm; and
+// softmax (aten::_softmax and its out=, what torch.softmax and
+// F.softmax call) through the seam's Softmax.
 //
 // aten::rms_norm is CompositeImplicitAutograd: it has no derivative formula
 // of its own, so a PrivateUse1 kernel alone would leave autograd with no
@@ -9,7 +11,9 @@
 // each carry their derivative (or raise NotImplementedError naming an
 // operator infini lacks): a gradient is right or refused, never missing.
 #include <ATen/ATen.h>
+#include <ATen/WrapDimUtils.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
@@ -98,10 +102,66 @@ at::Tensor rms_norm_autograd(c10::DispatchKeySet keys, const at::Tensor& input,
                                         weight, eps);
 }
 
+// ---- softmax --------------------------------------------------------------------------
+
+// The checks of _softmax(self, dim, half_to_float) and its out=, before
+// anything is allocated; returns dim wrapped into [0, self.dim()).
+int64_t checkSoftmax(const char* name, const at::Tensor& self, int64_t dim, bool half_to_float) {
+  checkInfiniTensor(name, "input", self);
+  // As a softmax of a 1-element 1-D tensor on the CPU; the kernel takes
+  // tensors of at least one dimension.
+  TORCH_CHECK_NOT_IMPLEMENTED(self.dim() > 0, name,
+                              ": 0-dim inputs are not supported on infini (the softmax kernel "
+                              "takes tensors of at least one dimension)");
+  // What softmax(x, dtype=float32) of a half x becomes on CUDA only; never
+  // from torch.softmax on infini. The CPU's kernel raises for it.
+  TORCH_CHECK_NOT_IMPLEMENTED(!half_to_float, name,
+                              ": half_to_float is not supported on infini (dtype ",
+                              self.scalar_type(), ")");
+  const int64_t wrapped = at::maybe_wrap_dim(dim, self.dim());
+  requireKernel(name, SeamOp::Softmax, self.scalar_type());
+  return wrapped;
+}
+
+void softmaxInto(const at::Tensor& out, const at::Tensor& self, int64_t dim) {
+  if (out.numel() > 0)
+    selectedKernelProvider().softmax(toRef(out), toRef(self), dim, streamOf(out));
+}
+
+// Contiguous, as the CPU's and CUDA's kernels allocate it.
+at::Tensor softmaxNew(const at::Tensor& self, int64_t dim) {
+  at::Tensor out = emptyOnDevice(self, self.sizes());
+  softmaxInto(out, self, dim);
+  return out;
+}
+
+at::Tensor _softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  return softmaxNew(self, checkSoftmax("_softmax", self, dim, half_to_float));
+}
+
+at::Tensor& _softmax_out(const at::Tensor& self, int64_t dim, bool half_to_float, at::Tensor& out) {
+  const int64_t wrapped = checkSoftmax("_softmax.out", self, dim, half_to_float);
+  checkInfiniTensor("_softmax.out", "out", out);
+  checkSameDevice(self, out);
+  requireSameDtype("_softmax.out", self.scalar_type(), out.scalar_type(), "out");
+  at::native::resize_output(out, self.sizes());
+  // The kernel reads all of self before it writes out only where they are
+  // distinct memory; an out sharing self's goes through a temporary.
+  if (out.is_same(self) || out.storage().is_alias_of(self.storage())) {
+    out.copy_(softmaxNew(self, wrapped));
+    return out;
+  }
+  softmaxInto(out, self, wrapped);
+  return out;
+}
+
 // A call the kernel refuses (shape, dtype) runs in the CPU fallback.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   BridgeRegistrar normalization(m, "aten", "normalization", SeamOp::RmsNorm);
   TORCH_INFINI_IMPL_OR_FALLBACK(normalization, "rms_norm", rms_norm);
+  BridgeRegistrar softmax(m, "aten", "softmax", SeamOp::Softmax);
+  TORCH_INFINI_IMPL_OR_FALLBACK(softmax, "_softmax", _softmax);
+  TORCH_INFINI_IMPL_OR_FALLBACK(softmax, "_softmax.out", _softmax_out);
 }
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("rms_norm", TORCH_FN(rms_norm_autograd));

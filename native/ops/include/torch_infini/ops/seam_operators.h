@@ -24,6 +24,7 @@
 //   Sigmoid
 //   Gelu            out = gelu(x), exact (erf) or tanh-approximated
 //   RmsNorm         out = x / sqrt(mean(x^2, -1) + eps) * weight
+//   Softmax         out = softmax(x) over one dimension (aten::_softmax)
 //   Random          a draw from the device generator's Philox stream (random/fill.h)
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
 //   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
@@ -50,6 +51,7 @@
   X(Sigmoid, sigmoid, Sigmoid, kAllFloatTypes, kCudaLike, nullptr) \
   X(Gelu, gelu, Gelu, kAllFloatTypes, kCudaLike, nullptr) \
   X(RmsNorm, rms_norm, RmsNorm, kAllFloatTypes, kAll & ~on({"ascend", "hygon"}), "float") \
+  X(Softmax, softmax, Softmax, kAllFloatTypes, kCudaLike, "float") \
   X(Random, random, none, {}, {}, {}) \
   X(SiluAndMul, silu_and_mul, SiluAndMul, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
   X(Swiglu, swiglu, Swiglu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \

@@ -396,6 +396,18 @@ class HostKernels final : public KernelProvider {
         out, x);
   }
 
+  void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
+               runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [dim](const TensorRef& out_ref, const TensorRef& x_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(out_ref, 0);
+          at::cpu::_softmax_out(o, al(x_ref, 1), dim, /*half_to_float=*/false);
+        },
+        out, x);
+  }
+
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
     submit(

@@ -262,6 +262,18 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
+  void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
+               runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_SOFTMAX
+    // No dtype argument: out has x's dtype (the bridge refuses half_to_float).
+    infini::ops::Softmax::Call(handle(out, stream), config_, view(x), int64_t{dim},
+                               std::optional<infini::ops::DataType>(), view(out));
+#else
+    unavailable("softmax");
+#endif
+  }
+
   void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();

@@ -147,7 +147,7 @@ at::Tensor& _softmax_out(const at::Tensor& self, int64_t dim, bool half_to_float
   at::native::resize_output(out, self.sizes());
   // The kernel reads all of self before it writes out only where they are
   // distinct memory; an out sharing self's goes through a temporary.
-  if (out.is_same(self) || out.storage().is_alias_of(self.storage())) {
+  if (out.storage().is_alias_of(self.storage())) {
     out.copy_(softmaxNew(self, wrapped));
     return out;
   }

@@ -91,11 +91,11 @@ class KernelProvider {
   // approximation; out and x of one shape, any strides.
   virtual void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
                     runtime::StreamHandle stream) = 0;
-  // Normalizes over the last dimension; x and out are 2-D or 3-D.
   // out = softmax(x) over dimension `dim` (0 <= dim < x.dim()); out and x
   // of one shape and dtype, at least 1-D, any strides.
   virtual void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
                        runtime::StreamHandle stream) = 0;
+  // Normalizes over the last dimension; x and out are 2-D or 3-D.
   virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
                        runtime::StreamHandle stream) = 0;
   // out = the inputs concatenated along `dim` (0 <= dim < out.dim()): each

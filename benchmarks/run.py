@@ -21,13 +21,14 @@ They are reported, never asserted: speed belongs to benchmarks, not tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ class Case:
     dev: Callable[[], object]
     check: Callable[[], bool]
     iterations: int
+    # A line reported beside the ratio (say, bytes moved per iteration).
+    detail: Callable[[], str] | None = None
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Result:
     infini_us: float
     meets_target: bool
     rounds: list[float] = field(default_factory=list)
+    reruns: int = 0  # measurements repeated for a max/min round spread over SPREAD_LIMIT
+    detail: str = ""
 
 
 def sync() -> None:
@@ -85,6 +90,17 @@ def meets(ratio: float, target: str) -> bool:
     return ratio <= float(value) if op == "<=" else ratio >= float(value)
 
 
+# A case whose rounds spread wider than this (max/min ratio) was disturbed
+# (another process, a frequency change): it is measured again, at most
+# MAX_RERUNS times, and the measurement with the narrowest spread is kept.
+SPREAD_LIMIT = 1.5
+MAX_RERUNS = 2
+
+
+def spread(result: Result) -> float:
+    return result.ratio_max / result.ratio_min
+
+
 def run_case(case: Case, rounds: int) -> Result:
     if not case.check():
         raise AssertionError(f"{case.name}: infini result differs from the CPU result")
@@ -92,6 +108,20 @@ def run_case(case: Case, rounds: int) -> Result:
         case.cpu()
         case.dev()
     sync()
+    result = measure(case, rounds)
+    reruns = 0
+    while spread(result) > SPREAD_LIMIT and reruns < MAX_RERUNS:
+        reruns += 1
+        again = measure(case, rounds)
+        if spread(again) < spread(result):
+            result = again
+    result.reruns = reruns
+    if case.detail is not None:
+        result.detail = case.detail()
+    return result
+
+
+def measure(case: Case, rounds: int) -> Result:
     ratios, cpu_times, dev_times = [], [], []
     for _ in range(rounds):
         t_cpu = time_per_iteration(case.cpu, case.iterations, device=False)
@@ -469,6 +499,109 @@ def llama_cases(scale: float) -> list[Case]:
     ]
 
 
+@contextlib.contextmanager
+def fallback_staged() -> Iterator[None]:
+    """The CPU fallback staged through pinned memory, as where device memory
+    is not host memory (NVIDIA, ...), on `host`."""
+    torch_infini._C._set_fallback_staging_forced(True)
+    try:
+        yield
+    finally:
+        torch_infini._C._set_fallback_staging_forced(False)
+
+
+def fallback_traffic(fn: Callable[[], object]) -> tuple[int, int]:
+    """(fallback calls, bytes the fallback copied) of one fn()."""
+    torch_infini.cpu_fallback.reset_stats()
+    fn()
+    sync()
+    stats = torch_infini.cpu_fallback.stats().values()
+    return sum(s.calls for s in stats), sum(s.bytes_copied for s in stats)
+
+
+def staging_cases(scale: float) -> list[Case]:
+    """The main job's Llama on infini with the CPU fallback staged through
+    pinned memory (as on an accelerator) against the same run in place (the
+    "cpu" column is infini with the fallback in place). Where device memory is
+    not host memory the fallback always stages: no cases."""
+    if not torch_infini._C._capabilities()["host_addressable"]:
+        return []
+    llama = llama_example.load()
+    torch.manual_seed(0)
+    model = llama.Llama(llama.Config()).to(DEVICE)
+    in_place, staged = model, copy.deepcopy(model)
+    opt_in_place = torch.optim.AdamW(in_place.parameters(), lr=1e-4)
+    opt_staged = torch.optim.AdamW(staged.parameters(), lr=1e-4)
+    inputs, targets = llama.batch(32, 8, torch.Generator().manual_seed(1))
+    inputs, targets = inputs.to(DEVICE), targets.to(DEVICE)
+    prompt = inputs[:1, :9]
+    iters = max(1, int(20 * scale))
+
+    def step(model: Any, opt: torch.optim.Optimizer) -> float:
+        model.train()
+        return llama.train_step(model, opt, inputs, targets)
+
+    def step_staged() -> object:
+        return _staged_call(lambda: step(staged, opt_staged))
+
+    def generate_staged() -> object:
+        return _staged_call(lambda: llama.generate(staged, prompt, 32)[0])
+
+    def steps_agree() -> bool:
+        # On copies, bit for bit: the same kernels run either way.
+        a, b = copy.deepcopy(in_place), copy.deepcopy(staged)
+        loss_a = step(a, torch.optim.AdamW(a.parameters(), lr=1e-4))
+        with fallback_staged():
+            loss_b = step(b, torch.optim.AdamW(b.parameters(), lr=1e-4))
+        return loss_a == loss_b and all(
+            torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True)
+        )
+
+    def traffic(run_in_place: Callable[[], object], run_staged: Callable[[], object]) -> str:
+        calls, moved = fallback_traffic(run_staged)
+        _, moved_in_place = fallback_traffic(run_in_place)
+        return (
+            f"staged: {moved / 1e6:.2f} MB copied in {calls} fallback calls per iteration; "
+            f"in place: {moved_in_place / 1e6:.2f} MB"
+        )
+
+    def training_traffic() -> str:
+        # Steps of throwaway copies: the timed models keep their trajectories.
+        a, b = copy.deepcopy(in_place), copy.deepcopy(staged)
+        opt_a = torch.optim.AdamW(a.parameters(), lr=1e-4)
+        opt_b = torch.optim.AdamW(b.parameters(), lr=1e-4)
+        step(a, opt_a), step(b, opt_b)  # the optimizers' state exists
+        return traffic(lambda: step(a, opt_a), lambda: _staged_call(lambda: step(b, opt_b)))
+
+    return [
+        Case(
+            "Llama training step, fallback staged vs in place",
+            "time",
+            "<= 1.5",
+            lambda: step(in_place, opt_in_place),
+            step_staged,
+            steps_agree,
+            iters,
+            training_traffic,
+        ),
+        Case(
+            "Llama generate 32 tokens, fallback staged vs in place",
+            "time",
+            "<= 1.5",
+            lambda: llama.generate(in_place, prompt, 32),
+            generate_staged,
+            lambda: generate_staged() == llama.generate(in_place, prompt, 32)[0],
+            max(1, iters // 4),
+            lambda: traffic(lambda: llama.generate(in_place, prompt, 32), generate_staged),
+        ),
+    ]
+
+
+def _staged_call(fn: Callable[[], object]) -> object:
+    with fallback_staged():
+        return fn()
+
+
 def compile_cases(scale: float) -> list[Case]:
     """torch.compile (Inductor) on infini: compiled infini against compiled
     CPU, and compiled against eager on infini (the "cpu" column is then
@@ -760,6 +893,7 @@ def all_cases(scale: float) -> list[Case]:
         view_case(scale),
         *random_cases(scale),
         *llama_cases(scale),
+        *staging_cases(scale),
         *amp_cases(scale),
         *compile_cases(scale),
     ]
@@ -767,16 +901,18 @@ def all_cases(scale: float) -> list[Case]:
 
 def render(results: list[Result]) -> str:
     lines = [
-        f"{'case':<50} {'ratio':>7} {'min-max':>13} {'cpu us':>10} {'infini us':>10}  target   ok",
-        "-" * 104,
+        f"{'case':<56} {'ratio':>7} {'min-max':>13} {'cpu us':>10} {'infini us':>10}  target   ok",
+        "-" * 110,
     ]
     for r in results:
         lines.append(
-            f"{r.name:<50} {r.ratio:>7.2f} {r.ratio_min:>6.2f}-{r.ratio_max:<6.2f} "
+            f"{r.name:<56} {r.ratio:>7.2f} {r.ratio_min:>6.2f}-{r.ratio_max:<6.2f} "
             f"{r.cpu_us:>10.2f} {r.infini_us:>10.2f}  {r.target:<7}  "
             f"{'yes' if r.meets_target else 'NO'}"
+            + (f"  (measured {r.reruns + 1} times: spread)" if r.reruns else "")
         )
-    return "\n".join(lines)
+    details = [f"  {r.name}: {r.detail}" for r in results if r.detail]
+    return "\n".join(lines + details)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -809,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.exclude and any(text in case.name for text in args.exclude):
             continue
         results.append(run_case(case, rounds))
-        print(render(results[-1:]).splitlines()[-1], flush=True)
+        print("\n".join(render(results[-1:]).splitlines()[2:]), flush=True)
     print()
     print(render(results))
     if args.json:

@@ -1,5 +1,6 @@
 // torch_infini._C: the caching allocator's statistics and history
 // (torch.infini.memory).
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/util/Exception.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
@@ -72,6 +73,42 @@ void bindMemory(nb::module_& m) {
   m.def("_reset_accumulated_memory_stats", [statsDevice](int64_t device) {
     torch_infini::deviceAllocator()->resetAccumulatedStats(statsDevice(device));
   });
+  // The pinned host allocator's statistics, as
+  // torch.cuda.host_memory_stats_as_nested_dict lays them out.
+  m.def("_host_memory_stats", [] {
+    const at::HostStats stats = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
+    auto stat = [](const c10::CachingAllocator::Stat& s) {
+      nb::dict d;
+      d["current"] = s.current;
+      d["peak"] = s.peak;
+      d["allocated"] = s.allocated;
+      d["freed"] = s.freed;
+      return d;
+    };
+    auto duration = [](const c10::CachingAllocator::DurationStat& s) {
+      nb::dict d;
+      d["total"] = s.total;
+      d["max"] = s.max;
+      d["min"] = s.min;
+      d["count"] = s.count;
+      d["avg"] = s.count == 0 ? 0 : s.total / s.count;
+      return d;
+    };
+    nb::dict result;
+    result["allocations"] = stat(stats.allocations);
+    result["allocated_bytes"] = stat(stats.allocated_bytes);
+    result["active_requests"] = stat(stats.active_requests);
+    result["active_bytes"] = stat(stats.active_bytes);
+    result["num_host_alloc"] = stats.num_host_alloc;
+    result["num_host_free"] = stats.num_host_free;
+    result["host_alloc_time"] = duration(stats.host_alloc_time);
+    result["host_free_time"] = duration(stats.host_free_time);
+    return result;
+  });
+  m.def("_reset_peak_host_memory_stats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
+  m.def("_reset_accumulated_host_memory_stats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_accumulated_stats(); });
   m.def("_empty_cache", [] { torch_infini::emptyDeviceCache(); });
   m.def("_record_memory_history", &torch_infini::bindings::recordMemoryHistory, nb::arg("trace"),
         nb::arg("context"), nb::arg("cpp_stacks"), nb::arg("max_entries"), nb::arg("clear"));

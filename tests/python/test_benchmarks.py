@@ -42,9 +42,12 @@ CASES = {
     "mm 1024 bfloat16": ("time", "<= 1.1"),
     "Llama training step, bfloat16 autocast": ("time", "<= 1.15"),
 }
-# torch.compile's cases, where Inductor serves infini (host memory).
+# torch.compile's cases, where Inductor serves infini (host memory), and the
+# fallback staged against in place (elsewhere it always stages).
 if torch_infini._C._capabilities()["host_addressable"]:
     CASES |= {
+        "Llama training step, fallback staged vs in place": ("time", "<= 1.5"),
+        "Llama generate 32 tokens, fallback staged vs in place": ("time", "<= 1.5"),
         "compiled MLP Linear-GELU-Linear [4, 64, 512]": ("time", "<= 1.1"),
         "compiled Llama forward [32, 16]": ("time", "<= 1.15"),
         "compiled vs eager on infini: Llama forward": ("time", "<= 1.0"),
@@ -88,3 +91,6 @@ def test_quick_run_checks_every_case_and_writes_json(tmp_path: Path) -> None:
         expected = r["ratio"] <= float(bound) if op == "<=" else r["ratio"] >= float(bound)
         assert r["meets_target"] == expected, name
         assert name in proc.stdout  # the printed table names every case
+        assert r["reruns"] in range(3), name
+        if "fallback staged" in name:  # bytes moved per iteration, both ways
+            assert "MB copied in" in r["detail"] and "in place:" in r["detail"], name

@@ -10,7 +10,7 @@ stream. Results must be the CPU's, bit for bit, exactly as in place.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ from infini_testing import assert_bitwise_equal, forced_staging, requires_async_
 from op_helpers import make_cpu
 from test_cpu_fallback import *  # noqa: F403  (the same tests, collected again here)
 from test_cpu_fallback import _silent_and_counted  # noqa: F401  (autouse fixture)
+from torch_infini import _C
 
 # What only the in-place path promises, and subprocess tests (no staging there).
 del test_in_place_where_memory_is_host_memory  # noqa: F821
@@ -57,3 +58,85 @@ def test_staged_writes_are_ordered_on_the_stream() -> None:
         x.atan_()  # staged: read after the mul, written back on the stream
         x_cpu = (x_cpu * 1.5).atan_()
     assert_bitwise_equal(x + 0, x_cpu + 0)
+
+
+# ------------------------------------------ results and resized out= arguments
+# The CPU kernel allocates its results in pageable memory (and resizes an out=
+# argument into new memory): they go back through the caching pinned
+# allocator's buffers on the current stream. Only the copy in waits (the CPU
+# must read the arguments); nothing waits for the copy back.
+
+
+def _waits(call: Callable[[], object]) -> tuple[object, int]:
+    """call()'s result and how many times the host device was waited for."""
+    torch.infini.synchronize()
+    before = _C._host_synchronizations()
+    result = call()
+    return result, _C._host_synchronizations() - before
+
+
+@requires_async_host
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_result_comes_back_without_a_wait(layout: str) -> None:
+    a_cpu, b_cpu = make_cpu((64, 33), torch.float32), make_cpu((64, 33), torch.float32, seed=1)
+    if layout == "transposed":  # the CPU kernel gives its result the inputs' layout
+        a_cpu, b_cpu = a_cpu.t(), b_cpu.t()
+    a, b = a_cpu.to(DEVICE), b_cpu.to(DEVICE)
+    assert a.stride() == a_cpu.stride()
+    got, waits = _waits(lambda: torch.atan2(a, b))
+    assert waits == 1  # the copy in only
+    expected = torch.atan2(a_cpu, b_cpu)
+    assert got.stride() == expected.stride()
+    assert_bitwise_equal(got, expected)
+
+
+@requires_async_host
+def test_a_resized_out_argument_comes_back_without_a_wait() -> None:
+    a_cpu, b_cpu = make_cpu((100, 7), torch.float32), make_cpu((100, 7), torch.float32, seed=1)
+    a, b = a_cpu.to(DEVICE), b_cpu.to(DEVICE)
+    out = torch.empty(0, device=DEVICE)
+    _, waits = _waits(lambda: torch.atan2(a, b, out=out))
+    assert waits == 1
+    expected = torch.atan2(a_cpu, b_cpu, out=torch.empty(0))
+    assert (out.shape, out.stride()) == (expected.shape, expected.stride())
+    out.mul_(2)  # queued behind the copy back
+    assert_bitwise_equal(out, expected * 2)
+
+
+def test_results_survive_the_reuse_of_their_pinned_buffers() -> None:
+    """Twenty results of one size class in a row: each pinned buffer is
+    reused only after its copy to the device has run."""
+    xs_cpu = [make_cpu((512,), torch.float32, seed=i) for i in range(20)]
+    y_cpu = make_cpu((512,), torch.float32, seed=99)
+    xs, y = [x.to(DEVICE) for x in xs_cpu], y_cpu.to(DEVICE)
+    results = [torch.atan2(x, y) for x in xs]
+    resized = []
+    for x in xs:
+        out = torch.empty(0, device=DEVICE)
+        resized.append(torch.hypot(x, y, out=out))
+    for x_cpu, got, got_out in zip(xs_cpu, results, resized, strict=True):
+        assert_bitwise_equal(got, torch.atan2(x_cpu, y_cpu))
+        assert_bitwise_equal(got_out, torch.hypot(x_cpu, y_cpu))
+
+
+def test_staged_calls_reuse_pinned_buffers() -> None:
+    """After the first call, a loop of staged calls allocates no pinned memory."""
+    x, y = make_cpu((4096,), torch.float32).to(DEVICE), make_cpu((4096,), torch.float32).to(DEVICE)
+    torch.atan2(x, y)
+    torch.infini.synchronize()
+    before = torch.infini.host_memory_stats()["num_host_alloc"]
+    for _ in range(10):
+        torch.atan2(x, y)
+        torch.infini.synchronize()
+    assert torch.infini.host_memory_stats()["num_host_alloc"] == before
+
+
+def test_a_result_without_memory_comes_back_as_its_values() -> None:
+    """sgn's gradient is a ZeroTensor (_efficientzerotensor: sizes, no
+    memory): it comes back as zeros, as on the CPU."""
+    x_cpu = make_cpu((20, 20), torch.float32).requires_grad_()
+    x = x_cpu.detach().to(DEVICE).requires_grad_()
+    torch.sgn(x).sum().backward()
+    torch.sgn(x_cpu).sum().backward()
+    assert x.grad is not None and x_cpu.grad is not None
+    assert_bitwise_equal(x.grad, x_cpu.grad)

@@ -1044,6 +1044,85 @@ def test_empty_host_cache_keeps_live_pinned_tensors() -> None:
     assert torch.equal(live.to("infini").cpu(), data)
 
 
+# torch.cuda.host_memory_stats' keys (its docstring lists them).
+HOST_STAT_KEYS = (
+    {
+        f"{stat}.{kind}"
+        for stat in ("allocations", "allocated_bytes", "active_requests", "active_bytes")
+        for kind in ("current", "peak", "allocated", "freed")
+    }
+    | {
+        f"{timing}.{kind}"
+        for timing in ("host_alloc_time", "host_free_time")
+        for kind in ("total", "max", "min", "count", "avg")
+    }
+    | {"num_host_alloc", "num_host_free"}
+)
+
+
+def test_host_memory_stats_have_torch_cuda_keys() -> None:
+    stats = torch.infini.host_memory_stats()
+    assert set(stats) == HOST_STAT_KEYS
+    assert list(stats) == sorted(stats)
+    assert all(isinstance(v, int) for v in stats.values())
+    nested = torch.infini.host_memory_stats_as_nested_dict()
+    assert nested["allocations"]["current"] == stats["allocations.current"]
+    assert nested["host_alloc_time"]["count"] == stats["host_alloc_time.count"]
+
+
+def test_host_memory_stats_count_blocks_reuse_and_release() -> None:
+    """A pinned block is allocated once, reused for its size class, and
+    returned by empty_host_cache: each step shows in the statistics."""
+    # torch.accelerator.empty_host_cache does nothing before PyTorch has
+    # initialized the device for a tensor (as for CUDA).
+    torch.ones(1, device="infini")
+    gc.collect()
+    torch.accelerator.empty_host_cache()
+    torch.infini.reset_accumulated_host_memory_stats()
+    base = torch.infini.host_memory_stats()
+    assert base["num_host_alloc"] == base["num_host_free"] == 0
+    nbytes = 3 * MiB + 5  # a size class (4 MiB) nothing else in the test uses
+    first = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    s = torch.infini.host_memory_stats()
+    assert s["num_host_alloc"] == 1
+    assert s["allocations.current"] == base["allocations.current"] + 1
+    assert s["allocated_bytes.current"] == base["allocated_bytes.current"] + 4 * MiB
+    assert s["active_requests.current"] == base["active_requests.current"] + 1
+    assert s["active_bytes.current"] == base["active_bytes.current"] + 4 * MiB
+    assert s["host_alloc_time.count"] == 1
+    del first
+    s = torch.infini.host_memory_stats()
+    assert s["active_requests.current"] == base["active_requests.current"]
+    assert s["allocations.current"] == base["allocations.current"] + 1  # cached
+    for _ in range(3):  # the cached block serves every later request of its class
+        again = torch.empty(nbytes - 100, dtype=torch.uint8, pin_memory=True)
+        del again
+    s = torch.infini.host_memory_stats()
+    assert s["num_host_alloc"] == 1
+    assert s["active_requests.allocated"] == base["active_requests.allocated"] + 4
+    torch.accelerator.empty_host_cache()
+    s = torch.infini.host_memory_stats()
+    assert s["num_host_free"] >= 1
+    assert s["allocations.current"] == 0
+    assert s["allocated_bytes.current"] == 0
+    assert s["host_free_time.count"] == s["num_host_free"]
+
+
+def test_reset_host_memory_stats() -> None:
+    held = torch.empty(5 * MiB, dtype=torch.uint8, pin_memory=True)
+    torch.infini.reset_peak_host_memory_stats()
+    s = torch.infini.host_memory_stats()
+    assert s["allocated_bytes.peak"] == s["allocated_bytes.current"]
+    assert s["active_requests.peak"] == s["active_requests.current"]
+    torch.infini.reset_accumulated_host_memory_stats()
+    s = torch.infini.host_memory_stats()
+    assert s["num_host_alloc"] == s["num_host_free"] == 0
+    assert s["allocations.allocated"] == s["allocations.freed"] == 0
+    assert s["host_alloc_time.count"] == s["host_alloc_time.total"] == 0
+    assert s["allocations.current"] >= 1  # the current values stay
+    del held
+
+
 @requires_async_host
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "slice"])
 def test_non_blocking_upload_survives_reuse_of_its_pinned_source(whole: bool) -> None:

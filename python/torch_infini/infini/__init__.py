@@ -32,6 +32,8 @@ from ._device import (
 )
 from .memory import (
     empty_cache,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
     max_memory_reserved,
     memory_allocated,
@@ -39,8 +41,10 @@ from .memory import (
     memory_snapshot,
     memory_stats,
     memory_stats_as_nested_dict,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
 )
 from .random import _is_in_bad_fork as _is_in_bad_fork
@@ -82,6 +86,8 @@ __all__ = [
     "get_rng_state",
     "get_rng_state_all",
     "initial_seed",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
     "init",
     "is_bf16_supported",
     "is_available",
@@ -98,8 +104,10 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "random",
+    "reset_accumulated_host_memory_stats",
     "reset_accumulated_memory_stats",
     "reset_max_memory_allocated",
+    "reset_peak_host_memory_stats",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",

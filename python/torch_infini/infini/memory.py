@@ -26,6 +26,11 @@ def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
 
 def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
     """Flattened statistics: ``"allocated_bytes.all.current"`` and so on."""
+    return _flattened(memory_stats_as_nested_dict(device))
+
+
+def _flattened(nested: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys, sorted: {"a": {"b": 1}} -> {"a.b": 1}."""
     result: list[tuple[str, Any]] = []
 
     def flatten(prefix: str, obj: Any) -> None:
@@ -37,9 +42,34 @@ def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
         else:
             result.append((prefix, obj))
 
-    flatten("", memory_stats_as_nested_dict(device))
+    flatten("", nested)
     result.sort()
     return collections.OrderedDict(result)
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """The pinned host allocator's statistics as a nested dict
+    (torch.cuda.host_memory_stats_as_nested_dict's layout)."""
+    return dict(_C._host_memory_stats())
+
+
+def host_memory_stats() -> dict[str, Any]:
+    """The pinned host allocator's statistics, flattened as
+    torch.cuda.host_memory_stats: ``"allocations.current"`` (blocks held,
+    in use or cached), ``"active_requests.current"`` (in use),
+    ``"num_host_alloc"`` (blocks the runtime allocated: a reused block
+    counts no more), ``"host_alloc_time.total"`` (microseconds), ..."""
+    return _flattened(host_memory_stats_as_nested_dict())
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Restarts the pinned allocator's "peak" statistics from the current values."""
+    _C._reset_peak_host_memory_stats()
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Zeroes the pinned allocator's "allocated"/"freed" counters and event counts."""
+    _C._reset_accumulated_host_memory_stats()
 
 
 def memory_allocated(device: DeviceLike = None) -> int:

@@ -125,6 +125,11 @@ inline at::Tensor emptyOnDevice(const at::Tensor& like, c10::IntArrayRef sizes) 
                           currentStreamIdUnchecked(like.device().index()));
 }
 
+// Gives out= tensor `dst` the geometry of `src` (a CPU kernel's result) as
+// _copy_from_and_resize does before it copies: nothing when the sizes agree,
+// else src's sizes and strides (aten/copy.cpp).
+void resizeForCopyFrom(const at::Tensor& dst, const at::Tensor& src);
+
 // PyTorch's own wording for tensors on different devices.
 inline void checkSameDevice(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.device() == b.device(),

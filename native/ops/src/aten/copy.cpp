@@ -20,6 +20,25 @@
 #include "torch_infini/runtime/allocator.h"
 
 namespace torch_infini::ops {
+
+void resizeForCopyFrom(const at::Tensor& dst, const at::Tensor& src) {
+  // A destination resized here takes the source's layout, as the CPU kernel
+  // gave its own out= (a column-major lstsq solution stays column-major).
+  // A source that is not dense (lstsq's solution is the top rows of a
+  // column-major buffer) is mirrored with a storage as large as its own.
+  if (dst.sizes().equals(src.sizes())) return;
+  if (src.is_non_overlapping_and_dense()) {
+    dst.resize_(src.sizes());
+    if (!dst.strides().equals(src.strides())) dst.as_strided_(src.sizes(), src.strides());
+    return;
+  }
+  int64_t extent = src.storage_offset() + 1;
+  for (int64_t d = 0; d < src.dim(); ++d) extent += (src.size(d) - 1) * src.stride(d);
+  const int64_t whole = static_cast<int64_t>(src.storage().nbytes()) / src.element_size();
+  dst.resize_({src.numel() == 0 ? 0 : std::max(extent, whole)});
+  dst.as_strided_(src.sizes(), src.strides(), src.storage_offset());
+}
+
 namespace {
 
 using runtime::MemcpyKind;
@@ -262,23 +281,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  // (The CPU fallback's out= path.) A destination resized here takes the
-  // source's layout, as the CPU kernel gave its own out= (a column-major
-  // lstsq solution stays column-major).
-  // A source that is not dense (lstsq's solution is the top rows of a
-  // column-major buffer) is mirrored with a storage as large as its own.
-  if (!dst.sizes().equals(self.sizes())) {
-    if (self.is_non_overlapping_and_dense()) {
-      dst.resize_(self.sizes());
-      if (!dst.strides().equals(self.strides())) dst.as_strided_(self.sizes(), self.strides());
-    } else {
-      int64_t extent = self.storage_offset() + 1;
-      for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
-      const int64_t whole = static_cast<int64_t>(self.storage().nbytes()) / self.element_size();
-      dst.resize_({self.numel() == 0 ? 0 : std::max(extent, whole)});
-      dst.as_strided_(self.sizes(), self.strides(), self.storage_offset());
-    }
-  }
+  // (The CPU fallback's out= path.)
+  resizeForCopyFrom(dst, self);
   return copy_from(self, dst, false);
 }
 

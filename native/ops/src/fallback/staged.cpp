@@ -8,7 +8,10 @@
 // storage still share one on the CPU). The spans of storages the kernel
 // wrote (in-place and out= arguments) go back, again on the current stream,
 // without waiting; the pinned allocator keeps each buffer until its copy has
-// run. Results the kernel allocated itself are copied to the device once.
+// run. Results the kernel allocated itself (pageable memory) and out=
+// arguments it resized go to the device the same way: copied into a pinned
+// buffer of the caching pinned allocator, then to the device on the current
+// stream without waiting. Only the copy in waits (the CPU must read).
 #include "fallback/staged.h"
 
 #include <ATen/ATen.h>
@@ -17,6 +20,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "aten/bridge.h"
@@ -41,6 +45,36 @@ Span spanOf(const at::Tensor& t) {
   int64_t last = t.storage_offset();
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   return {first, (last + 1) * item};
+}
+
+// A pinned copy of the whole storage of CPU tensor `t`, as bytes, from the
+// caching pinned allocator (its block is reused once the copies queued from
+// it have run).
+at::Tensor pinnedBytesOf(const at::Tensor& t) {
+  const int64_t n = static_cast<int64_t>(t.storage().nbytes());
+  at::Tensor pinned = at::empty({n}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  if (n > 0) std::memcpy(pinned.mutable_data_ptr(), t.storage().data(), static_cast<size_t>(n));
+  return pinned;
+}
+
+// A result the CPU kernel allocated, on `device` with the CPU's geometry
+// (sizes, strides, storage offset over a storage as large as its own):
+// its storage's bytes go through a pinned buffer, on the current stream,
+// and nothing waits for the copy.
+at::Tensor resultThroughPinned(const at::Tensor& t, c10::Device device, int64_t* bytes_copied) {
+  // A ZeroTensor (_efficientzerotensor: sgn's gradient) has sizes but no
+  // memory: to() materializes its zeros.
+  if (t._is_zerotensor() || (t.storage().nbytes() > 0 && t.storage().data() == nullptr))
+    return resultToDevice(t, device, bytes_copied);
+  const at::Tensor pinned = pinnedBytesOf(t);
+  at::Tensor device_bytes = at::empty({pinned.numel()}, pinned.options().device(device));
+  device_bytes.copy_(pinned, /*non_blocking=*/true);
+  *bytes_copied += pinned.numel();
+  at::Tensor result = at::empty({0}, t.options().device(device));
+  result.set_(device_bytes.storage(), t.storage_offset(), t.sizes(), t.strides());
+  if (t.is_conj()) result._set_conj(true);
+  if (t.is_neg()) result._set_neg(true);
+  return result;
 }
 
 class Stager {
@@ -109,8 +143,22 @@ class Stager {
       entry->written = true;
       return;
     }
+    const int64_t bytes =
+        static_cast<int64_t>(cpu.numel()) * static_cast<int64_t>(cpu.element_size());
+    *bytes_copied_ += bytes;
+    if (cpu.is_non_overlapping_and_dense() && cpu.scalar_type() == target.scalar_type() &&
+        !cpu.is_conj() && !cpu.is_neg() && !target.is_conj() && !target.is_neg()) {
+      // target takes the kernel's geometry (dense: its strides), and the
+      // values come from a pinned copy in that layout, without waiting.
+      at::Tensor pinned =
+          at::empty_strided(cpu.sizes(), cpu.strides(), cpu.options().pinned_memory(true));
+      pinned.copy_(cpu);
+      resizeForCopyFrom(target, cpu);
+      target.copy_(pinned, /*non_blocking=*/true);
+      return;
+    }
+    // A view with gaps (lstsq's solution) or differing bits: synchronously.
     at::_copy_from_and_resize(cpu, target);
-    *bytes_copied_ += static_cast<int64_t>(cpu.numel()) * static_cast<int64_t>(cpu.element_size());
   }
 
   // Pinned -> device for every written span, on the current stream.
@@ -134,7 +182,7 @@ class Stager {
                                        (t.storage_offset() * item + entry.first) / item);
       }
     }
-    return resultToDevice(t, *device_.get(), bytes_copied_);
+    return resultThroughPinned(t, *device_.get(), bytes_copied_);
   }
 
   void noteDevice(c10::Device device) { device_.note(device); }

@@ -9,6 +9,7 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -28,6 +29,13 @@ size_t sizeClass(size_t bytes) {
   size_t size = 512;
   while (size < bytes) size <<= 1;
   return size;
+}
+
+// Whole microseconds since `start` (the unit of HostStats' times).
+int64_t microsecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
 }
 
 struct HostBlock {
@@ -51,11 +59,13 @@ class PinnedAllocator final : public at::HostAllocator {
       block = it->second.back();
       it->second.pop_back();
     } else {
+      const auto start = std::chrono::steady_clock::now();
       void* ptr = runtime::selectedRuntime().mallocHost(size);
       if (ptr == nullptr) {
         releaseCached();
         ptr = runtime::selectedRuntime().mallocHost(size);
       }
+      stats_.host_alloc_time.increase(microsecondsSince(start));
       TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "infini: failed to allocate ", size,
                        " bytes of pinned host memory");
       block = new HostBlock{ptr, size, false, {}};
@@ -116,6 +126,8 @@ class PinnedAllocator final : public at::HostAllocator {
     for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests,
                     &stats_.active_bytes})
       s->reset_accumulated();
+    stats_.host_alloc_time.reset_accumulated();
+    stats_.host_free_time.reset_accumulated();
     stats_.num_host_alloc = stats_.num_host_free = 0;
   }
 
@@ -124,6 +136,8 @@ class PinnedAllocator final : public at::HostAllocator {
     for (auto* s : {&stats_.allocations, &stats_.allocated_bytes, &stats_.active_requests,
                     &stats_.active_bytes})
       s->reset_peak();
+    stats_.host_alloc_time.reset_peak();
+    stats_.host_free_time.reset_peak();
   }
 
   bool owns(const void* ptr) const { return ranges_.find(ptr, nullptr); }
@@ -195,7 +209,9 @@ class PinnedAllocator final : public at::HostAllocator {
       // blocks not yet released stay cached and fully registered.
       while (!blocks.empty()) {
         HostBlock* block = blocks.back();
+        const auto start = std::chrono::steady_clock::now();
         rt.freeHost(block->ptr);
+        stats_.host_free_time.increase(microsecondsSince(start));
         blocks.pop_back();
         ranges_.erase(block->ptr);
         by_address_.erase(reinterpret_cast<uintptr_t>(block->ptr));

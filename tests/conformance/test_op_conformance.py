@@ -83,6 +83,7 @@ EXPECTED_WITHOUT_OPINFO = [
     # torch.ops.infini's fused operators (tests/python/test_fused_ops.py,
     # test_fused_rms_norm_rotary.py).
     "infini::causal_softmax",
+    "infini::fused_add_rms_norm",
     "infini::rms_norm",
     "infini::rotary_embedding",
     "infini::rotary_embedding_functional",

@@ -151,6 +151,8 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     # InfiniOps' rotary_embedding takes float32 and the half types
     "infini::rotary_embedding": REDUCED_DTYPES + (torch.float32,),
     "infini::rotary_embedding_functional": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' fused_add_rms_norm takes float32 and the half types
+    "infini::fused_add_rms_norm": REDUCED_DTYPES + (torch.float32,),
 }
 
 # InfiniOps implements these on accelerators only: host serves them (in
@@ -162,6 +164,7 @@ _NONE_ON_INFINIRT_CPU = frozenset(
         "_softmax",
         "infini::rotary_embedding",
         "infini::rotary_embedding_functional",
+        "infini::fused_add_rms_norm",
     }
 )
 

@@ -183,6 +183,9 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "infini::rotary_embedding": "rotates query and key in place and refuses a gradient "
     "(test_fused_rms_norm_rotary.py checks the refusal, and the gradients of its "
     "differentiable form, apply_rotary_embedding)",
+    "infini::fused_add_rms_norm": "overwrites input and residual in place and refuses a "
+    "gradient (test_fused_rms_norm_rotary.py checks the refusal, and the gradients of its "
+    "differentiable form, add_rms_norm)",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",
     "aten::bernoulli.out": "out= variant",

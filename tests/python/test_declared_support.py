@@ -79,7 +79,16 @@ CALLS: dict[str, tuple[str, Call]] = {
     ),
     "cat": ("cat", lambda dt, d: torch.cat([_t((2, 3), dt, d, 1), _t((1, 3), dt, d, 2)])),
     "rotary_embedding": ("infini::rotary_embedding", lambda dt, d: _rotated(dt, d)),
+    "fused_add_rms_norm": ("infini::fused_add_rms_norm", lambda dt, d: _normed(dt, d)),
 }
+
+
+def _normed(dtype: torch.dtype, device: str) -> torch.Tensor:
+    """fused_add_rms_norm of [3, 8] rows in place, with a weight; returns the
+    normalized input (the new residual is its input)."""
+    x, residual = _t((3, 8), dtype, device, 1), _t((3, 8), dtype, device, 2)
+    torch_infini.ops.fused_add_rms_norm(x, residual, _t((8,), dtype, device, 3))
+    return x
 
 
 def _rotated(dtype: torch.dtype, device: str) -> torch.Tensor:

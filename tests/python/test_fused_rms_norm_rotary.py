@@ -3,10 +3,10 @@
 The oracle is the definition composed from stock PyTorch operators
 (InfiniOps' kernels written in PyTorch, docs/fused_operators.md; here and in
 fused_oracles.py), never the operators' own C++ reference: the CPU
-implementation and infini (where these run in the CPU fallback: InfiniOps
-has them for CUDA-like device types only) are each compared with it, bit for
-bit, in every floating dtype (rms_norm on infini runs InfiniOps' kernel:
-PyTorch's tolerances). Gradients of rms_norm, add_rms_norm and of the
+implementation and infini (rms_norm, fused_add_rms_norm and rotary_embedding
+through the kernel seam where the backend serves the dtype, the rest in the
+CPU fallback) are each compared with it, bit for bit, in every floating
+dtype (InfiniOps' kernels: PyTorch's tolerances). Gradients of rms_norm, add_rms_norm and of the
 out-of-place rotary, in every dtype, against PyTorch's autograd through the
 stock composition (computed in float, rounded once, as the fused backward
 promises) and gradcheck; the in-place forms refuse a gradient; opcheck
@@ -235,6 +235,93 @@ def test_fused_add_rms_norm_in_place() -> None:
             ops.fused_add_rms_norm(xc, rc, weight)
             assert_matches(xc, expected, device="cpu", exact=True)
             assert_matches(rc, s, device="cpu", exact=True)
+
+
+FUSED_ADD_SERVED = torch_infini.supported_dtypes("infini::fused_add_rms_norm")
+
+
+@pytest.mark.parametrize("with_weight", [True, False], ids=["weight", "no weight"])
+@pytest.mark.parametrize("dtype", FUSED_ADD_SERVED, ids=str)
+def test_fused_add_rms_norm_runs_natively_where_the_backend_serves_it(
+    dtype: torch.dtype, with_weight: bool
+) -> None:
+    """A served dtype (host: InfiniOps' accelerator dtypes, run by the CPU
+    kernel on the device memory) runs with the fallback off, in the layouts
+    models give it: a residual stream [B, S, hidden], an input that is a
+    slice of a wider projection (rows strided past hidden), and 1-D."""
+    for shape, width in (((2, 3, 16), 16), ((4, 16), 24), ((16,), 16)):
+        wide_x = make_cpu((*shape[:-1], width), dtype, seed=41)
+        x, r = wide_x[..., :16], make_cpu(shape, dtype, seed=42)
+        w = make_cpu((16,), dtype, seed=43) if with_weight else None
+        expected, s = fused_oracles.fused_add_rms_norm(x, r, w)
+        wide_dev, r_dev = wide_x.to(DEVICE), r.to(DEVICE)
+        x_dev = wide_dev[..., :16]
+        torch_infini.cpu_fallback.reset_stats()
+        with torch_infini.cpu_fallback.strict():
+            ops.fused_add_rms_norm(x_dev, r_dev, None if w is None else w.to(DEVICE))
+        assert torch_infini.cpu_fallback.stats() == {}
+        # host runs the CPU kernel: bit for bit (assert_matches); InfiniOps'
+        # kernel: PyTorch's tolerances for the dtype.
+        assert_matches(r_dev, s)
+        assert_matches(x_dev, expected)
+        assert torch.equal(wide_dev[..., 16:].cpu(), wide_x[..., 16:])  # untouched
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "strided hidden dimension",
+        "unevenly strided rows",
+        "weight of another dtype",
+        "input and residual overlap",
+    ],
+)
+def test_fused_add_rms_norm_layouts_the_kernel_does_not_take_run_in_the_fallback(
+    case: str,
+) -> None:
+    """The kernel's contract (rows evenly strided, unit stride within a row,
+    a weight of the input's dtype, input and residual apart): other calls
+    are refused to the CPU fallback, which gives the definition's result."""
+    if torch.float32 not in FUSED_ADD_SERVED:
+        pytest.skip("the backend serves no float32 fused_add_rms_norm: every call falls back")
+    base = make_cpu((2, 5, 16), torch.float32, seed=44)
+    x, r = base[:, :3].clone(), make_cpu((2, 3, 16), torch.float32, seed=45)
+    w = make_cpu((16,), torch.float32, seed=46)
+    reason = "unit stride in the last dimension and evenly strided rows"
+    if case == "strided hidden dimension":
+        x = make_cpu((2, 3, 32), torch.float32, seed=44)[..., ::2]
+    elif case == "unevenly strided rows":  # batch 1's rows do not follow batch 0's
+        x = base[:, :3]
+    elif case == "weight of another dtype":
+        w = w.to(torch.bfloat16)
+        reason = "a weight of the input's dtype"
+    x_dev = x.to(DEVICE) if x.is_contiguous() else _same_view_on_device(x)
+    r_dev = r.to(DEVICE)
+    if case == "input and residual overlap":
+        # The same memory for both, on each side: residual = 2x, then input = norm(2x).
+        reason = "must not overlap"
+        r, r_dev = x, x_dev
+        expected = fused_oracles.fused_add_rms_norm(x * 2, torch.zeros_like(x), w)[0]
+        s = expected
+    else:
+        expected, s = fused_oracles.fused_add_rms_norm(x, r, w)
+    assert x_dev.stride() == x.stride()
+    snapshot = (x_dev.clone(), r_dev.clone())
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.allowed("silent"):
+        ops.fused_add_rms_norm(x_dev, r_dev, w.to(DEVICE))
+    assert "infini::fused_add_rms_norm" in torch_infini.cpu_fallback.stats()
+    assert_matches(x_dev, expected, exact=True)
+    if case != "input and residual overlap":
+        assert_matches(r_dev, s, exact=True)
+    x_dev.copy_(snapshot[0])
+    r_dev.copy_(snapshot[1])
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(NotImplementedError, match=reason),
+    ):
+        ops.fused_add_rms_norm(x_dev, r_dev, w.to(DEVICE))
+    assert torch.equal(x_dev.cpu(), snapshot[0].cpu())  # refused before writing anything
 
 
 def test_in_place_forms_refuse_a_gradient() -> None:

@@ -16,11 +16,16 @@
 //     (residual * rsqrt(...)) * weight. No derivative (it overwrites its
 //     inputs): with a gradient required it raises, naming add_rms_norm.
 //
-// InfiniOps implements add_rms_norm and fused_add_rms_norm for CUDA-like
-// device types only (none on its CPU build, so none on `host`): on infini
-// they run in the CPU fallback, under its policy, until those device types
-// are wired to the seam.
+// fused_add_rms_norm is a seam operator (InfiniOps' FusedAddRmsNorm, on
+// CUDA-like device types and Cambricon; `host` runs the CPU kernel below on
+// the device memory): layouts the kernel does not take are refused to the
+// CPU fallback (fused_add_rms_norm_infini). add_rms_norm runs in the CPU
+// fallback: InfiniOps' kernel multiplies the weight after the inverse RMS,
+// add_rms_norm's definition before it, and the results would differ in the
+// last bit.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -144,6 +149,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_autograd(const at::Tensor& input
                                                          const at::Tensor& weight, double eps);
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,
                                  const std::optional<at::Tensor>& weight, double eps);
+void fused_add_rms_norm_infini(at::Tensor& input, at::Tensor& residual,
+                               const std::optional<at::Tensor>& weight, double eps);
 
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
@@ -166,6 +173,8 @@ struct FusedAddRmsNorm {
   static constexpr auto cpu = &fused_add_rms_norm_cpu;
   static constexpr auto meta = &fused_add_rms_norm_meta;
   static constexpr auto autograd = &fused_add_rms_norm_autograd;
+  static constexpr auto infini = &fused_add_rms_norm_infini;
+  static constexpr SeamOp seam = SeamOp::FusedAddRmsNorm;
 };
 
 // d/dx of y = w * x * r, r = (mean(x^2) + eps)^-1/2 over the last dimension:
@@ -264,6 +273,56 @@ void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,
 void fused_add_rms_norm_meta(at::Tensor& input, at::Tensor& residual,
                              const std::optional<at::Tensor>& weight, double /*eps*/) {
   checkAddRmsNorm("infini::fused_add_rms_norm", input, residual, weight);
+}
+
+// input viewed as [rows, hidden], if its leading dimensions collapse into
+// one evenly strided dimension (no copy: the kernel writes through it).
+std::optional<at::Tensor> asRows(const at::Tensor& t) {
+  const int64_t hidden = t.dim() == 0 ? 1 : t.size(-1);
+  const int64_t rows = hidden == 0 ? 0 : t.numel() / hidden;
+  const std::vector<int64_t> shape{rows, hidden};
+  if (!at::detail::computeStride(t.sizes(), t.strides(), shape).has_value()) return std::nullopt;
+  return t.view(shape);
+}
+
+void fused_add_rms_norm_infini(at::Tensor& input, at::Tensor& residual,
+                               const std::optional<at::Tensor>& weight, double eps) {
+  constexpr const char* kName = "infini::fused_add_rms_norm";
+  checkAddRmsNorm(kName, input, residual, weight);
+  requireKernel(kName, SeamOp::FusedAddRmsNorm, input.scalar_type());
+  const bool has_weight = weight.has_value() && weight->defined();
+  TORCH_CHECK_NOT_IMPLEMENTED(!has_weight || weight->scalar_type() == input.scalar_type(), kName,
+                              ": the kernel takes a weight of the input's dtype, got ",
+                              has_weight ? weight->scalar_type() : input.scalar_type(),
+                              " for input ", input.scalar_type());
+  // Written in place: overlapping arguments would make the result depend on
+  // the order the kernel writes in (the CPU kernel decides it, or raises).
+  // (Views of one storage whose overlap ATen cannot decide count as overlapping.)
+  const bool apart = !input.storage().is_alias_of(residual.storage()) ||
+                     at::get_overlap_status(input, residual) == at::MemOverlapStatus::No;
+  TORCH_CHECK_NOT_IMPLEMENTED(at::has_internal_overlap(input) != at::MemOverlap::Yes &&
+                                  at::has_internal_overlap(residual) != at::MemOverlap::Yes &&
+                                  apart,
+                              kName,
+                              ": the kernel writes input and residual in place: they must "
+                              "not overlap themselves or each other");
+  const std::optional<at::Tensor> x = asRows(input);
+  const std::optional<at::Tensor> r = asRows(residual);
+  // Rows at least a row apart: no two rows share an element.
+  const auto unitColumns = [](const std::optional<at::Tensor>& t) {
+    return t.has_value() && (t->size(1) <= 1 || t->stride(1) == 1) &&
+           (t->size(0) <= 1 || t->stride(0) >= t->size(1));
+  };
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      unitColumns(x) && unitColumns(r), kName,
+      ": the kernel takes input and residual with a unit stride in the last dimension and evenly "
+      "strided rows, got strides ",
+      input.strides(), " and ", residual.strides());
+  if (input.numel() == 0) return;
+  const at::Tensor w = has_weight ? weight->contiguous() : at::Tensor();
+  const TensorRef weight_ref = has_weight ? toRef(w) : TensorRef{};
+  selectedKernelProvider().fusedAddRmsNorm(toRef(*x), toRef(*r), has_weight ? &weight_ref : nullptr,
+                                           static_cast<float>(eps), streamOf(input));
 }
 
 void fused_add_rms_norm_autograd(at::Tensor& input, at::Tensor& residual,

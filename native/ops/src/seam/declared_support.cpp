@@ -20,6 +20,9 @@ constexpr DtypeMask kReluTypes = kAllFloatTypes | kIntTypes | dtypeBit(ScalarTyp
 // src/native/cuda/ops/rotary_embedding/kernel.h: float32 and the reduced
 // float types, for the query and (independently) the cos/sin cache.
 constexpr DtypeMask kRotaryTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+// src/native/cuda/ops/fused_add_rms_norm/kernel.h: float32 and the reduced
+// float types.
+constexpr DtypeMask kFusedAddRmsNormTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
 
 constexpr uint32_t on(std::initializer_list<std::string_view> names) {
   uint32_t mask = 0;

@@ -133,6 +133,15 @@ class KernelProvider {
                                const TensorRef& positions, const TensorRef& cos_sin_cache,
                                int64_t head_size, bool is_neox, int64_t offset, bool inverse,
                                runtime::StreamHandle stream) = 0;
+  // vLLM's fused_add_rms_norm, in place: residual = input + residual
+  // (rounded to the dtype), then input = residual * rsqrt(mean(residual^2,
+  // -1) + eps), times weight where one is given (null: none), computed in
+  // float and rounded once. input and residual [rows, hidden] of one dtype,
+  // unit column stride, any row stride, not overlapping; weight [hidden] of
+  // their dtype, contiguous.
+  virtual void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual,
+                               const TensorRef* weight, float eps,
+                               runtime::StreamHandle stream) = 0;
   // GradScaler's steps, as PyTorch's _amp_foreach_non_finite_check_and_unscale_
   // and _amp_update_scale_ define them: each gradient (a floating dtype the
   // provider supports for AmpUnscale) multiplied by inv_scale in place, and

@@ -30,6 +30,8 @@
 //   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
 //   CausalSoftmax   softmax over the causal prefix of each row (torch.ops.infini)
 //   RotaryEmbedding query and key rotated in place by position (torch.ops.infini)
+//   FusedAddRmsNorm residual += input, then input = rms_norm(residual) in place
+//                   (torch.ops.infini.fused_add_rms_norm)
 //   Cat             the inputs one after another along a dimension (a byte copy
 //                   per element: every dtype of InfiniOps' size table)
 //   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
@@ -58,6 +60,7 @@
   X(CausalSoftmax, causal_softmax, CausalSoftmax, kAllFloatTypes, kCpuAndCudaLike, "float") \
   X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
   X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kRotaryTypes, kCudaLike, "float") \
+  X(FusedAddRmsNorm, fused_add_rms_norm, FusedAddRmsNorm, kFusedAddRmsNormTypes, kCudaLike | on({"cambricon"}), "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {})
 // clang-format on

@@ -486,6 +486,27 @@ class HostKernels final : public KernelProvider {
         query, positions, cos_sin_cache);
   }
 
+  void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual, const TensorRef* weight,
+                       float eps, runtime::StreamHandle stream) override {
+    const std::optional<TensorRef> weight_ref =
+        weight == nullptr ? std::nullopt : std::optional<TensorRef>(*weight);
+    submit(
+        stream,
+        [weight_ref, eps](const TensorRef& x_ref, const TensorRef& r_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor x = al(x_ref, 0);
+          at::Tensor r = al(r_ref, 1);
+          std::optional<at::Tensor> w;
+          if (weight_ref) w = al(*weight_ref, 2);
+          static const auto op =
+              fusedOperator<void(at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
+                                 double)>("fused_add_rms_norm");
+          // eps as the float InfiniOps takes, widened back: the same value.
+          op.redispatch(kCpuKernel, x, r, w, static_cast<double>(eps));
+        },
+        input, residual);
+  }
+
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
            runtime::StreamHandle stream) override {
     submit(

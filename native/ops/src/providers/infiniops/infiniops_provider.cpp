@@ -339,6 +339,20 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
+  void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual, const TensorRef* weight,
+                       float eps, runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_FUSED_ADD_RMS_NORM
+    // InfiniOps' argument order: input, residual (both written), weight, eps.
+    std::optional<infini::ops::Tensor> weight_view;
+    if (weight != nullptr) weight_view.emplace(view(*weight));
+    infini::ops::FusedAddRmsNorm::Call(handle(input, stream), config_, view(input), view(residual),
+                                       weight_view, eps);
+#else
+    unavailable("fused_add_rms_norm");
+#endif
+  }
+
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
            runtime::StreamHandle stream) override {
 #if TORCH_INFINI_OPS_HAS_CAT

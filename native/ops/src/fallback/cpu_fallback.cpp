@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -395,6 +396,14 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    memory itself (fallback/aliased_memory.cpp); elsewhere nothing is staged for an
 //    output before the kernel runs. Calls with CPU tensor arguments (whose
 //    device errors the meta function raises) take the default path.
+// 5. The foreach operators (_foreach_add_, _foreach_lerp_, ...: what the
+//    optimizers' steps are made of). Every backend without a kernel of its
+//    own, the CPU included, runs their CompositeExplicitAutograd loop of
+//    per-tensor calls; on infini each of those would be a call of its own
+//    (most of them the fallback's). Routed whole: one call per tensor list,
+//    the CPU's loop on the CPU side, when every tensor is on one infini
+//    device; otherwise the per-tensor loop, as on CUDA (whose fast path
+//    takes one device), each call accepting or raising as it does there.
 namespace {
 
 constexpr const char* kConvolutions[] = {"aten::convolution", "aten::_convolution",
@@ -483,6 +492,34 @@ bool onlyInfiniTensors(const c10::FunctionSchema& schema, const torch::jit::Stac
   return only;
 }
 
+bool isForeach(const c10::OperatorHandle& op) {
+  return op.hasSchema() && op.schema().name().rfind("aten::_foreach_", 0) == 0 &&
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+}
+
+// Every tensor argument is on one and the same infini device.
+bool onOneInfiniDevice(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  std::optional<c10::Device> device;
+  bool one = true;
+  for (size_t i = stack.size() - schema.arguments().size(); i < stack.size() && one; ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (t.device().type() != c10::DeviceType::PrivateUse1 || (device && *device != t.device()))
+        one = false;
+      device = t.device();
+    });
+  }
+  return one && device.has_value();
+}
+
+void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (onOneInfiniDevice(op.schema(), *stack)) {
+    runOnCpu(op, stack, std::string());
+    return;
+  }
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
+}
+
 void structuredFormFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (onlyInfiniTensors(op.schema(), *stack)) {
     runOnCpu(op, stack, std::string());
@@ -500,7 +537,8 @@ const std::vector<std::string>& routedOperators() {
     for (const char* name : kResizingOutLosses)
       if (!hasInfiniKernel(name)) found.emplace_back(name);
     for (std::string& name : atenOperatorsWhere([](const c10::OperatorHandle& op) {
-           return cpuKernelIsBypassed(op) && !hasInfiniKernel(qualifiedName(op));
+           return (cpuKernelIsBypassed(op) || isForeach(op)) &&
+                  !hasInfiniKernel(qualifiedName(op));
          })) {
       found.push_back(std::move(name));
     }
@@ -520,6 +558,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
             std::end(kConvolutions) ||
         isLayoutWrapped(name))
       continue;
+    if (name.rfind("aten::_foreach_", 0) == 0) {
+      m.impl(name.substr(std::strlen("aten::")).c_str(),
+             torch::CppFunction::makeFromBoxedFunction<&foreachFallback>());
+      continue;
+    }
     m.impl(name.substr(std::strlen("aten::")).c_str(),
            torch::CppFunction::makeFromBoxedFunction<&noKernelFallback>());
   }

@@ -65,6 +65,28 @@ elseif(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_INFINICCL)
     "(set INFINI_CCL_PREFIX or CMAKE_PREFIX_PATH)")
 endif()
 
+# The seam's rows (seam_operators.h) with an InfiniOps class: their
+# enumerators in `out_seams` and classes in `out_classes`, in row order.
+function(torch_infini_seam_rows out_seams out_classes seam_list)
+  # Read whole and matched: the rows end in backslashes, which would escape
+  # CMake's list separators.
+  file(READ "${seam_list}" _text)
+  # An edited row reconfigures (the defines and the generated list follow it).
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${seam_list}")
+  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+," _rows "${_text}")
+  set(_seams "")
+  set(_classes "")
+  foreach(_row IN LISTS _rows)
+    string(REGEX MATCH "X\\(([A-Za-z]+), [a-z_]+, ([A-Za-z]+)," _m "${_row}")
+    if(NOT CMAKE_MATCH_2 STREQUAL "none")
+      list(APPEND _seams "${CMAKE_MATCH_1}")
+      list(APPEND _classes "${CMAKE_MATCH_2}")
+    endif()
+  endforeach()
+  set(${out_seams} "${_seams}" PARENT_SCOPE)
+  set(${out_classes} "${_classes}" PARENT_SCOPE)
+endfunction()
+
 # Defines for the InfiniOps operators the installed library instantiates,
 # from the seam's operator list (native/ops/include/torch_infini/ops/
 # seam_operators.h): TORCH_INFINI_OPS_HAS_<CLASS>=0/1 per InfiniOps class a
@@ -72,26 +94,14 @@ endif()
 # one TORCH_INFINI_INSTANTIATED(seam enumerator, class) line per seam
 # operator whose class the library instantiates.
 function(torch_infini_ops_definitions target seam_list)
-  # Read whole and matched: the rows end in backslashes, which would escape
-  # CMake's list separators.
-  file(READ "${seam_list}" _text)
-  # An edited row reconfigures (the defines and the generated list follow it).
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${seam_list}")
-  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+," _rows "${_text}")
-  set(_classes "")
+  torch_infini_seam_rows(_seams _row_classes "${seam_list}")
   set(_instantiated "")
-  foreach(_row IN LISTS _rows)
-    string(REGEX MATCH "X\\(([A-Za-z]+), [a-z_]+, ([A-Za-z]+)," _m "${_row}")
-    set(_seam "${CMAKE_MATCH_1}")
-    set(_class "${CMAKE_MATCH_2}")
-    if(_class STREQUAL "none")
-      continue()
-    endif()
-    list(APPEND _classes "${_class}")
+  foreach(_seam _class IN ZIP_LISTS _seams _row_classes)
     if(_class IN_LIST InfiniOps_OPERATORS)
       string(APPEND _instantiated "TORCH_INFINI_INSTANTIATED(${_seam}, ${_class})\n")
     endif()
   endforeach()
+  set(_classes "${_row_classes}")
   list(REMOVE_DUPLICATES _classes)
   foreach(_class IN LISTS _classes)
     string(REGEX REPLACE "([a-z])([A-Z])" "\\1_\\2" _macro "${_class}")

@@ -16,6 +16,19 @@
 #include "torch_infini/torch_infini.h"
 
 namespace torch_infini::bindings {
+namespace {
+
+// A statistic as torch.cuda's memory statistics nest it.
+nb::dict stat(const c10::CachingAllocator::Stat& s) {
+  nb::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+}  // namespace
 
 void bindMemory(nb::module_& m) {
   // Memory statistics, as torch.cuda.memory_stats_as_nested_dict lays them out.
@@ -32,14 +45,6 @@ void bindMemory(nb::module_& m) {
   m.def("_memory_stats", [statsDevice](int64_t device) {
     using c10::CachingDeviceAllocator::StatType;
     auto stats = torch_infini::deviceAllocator()->getDeviceStats(statsDevice(device));
-    auto stat = [](const c10::CachingAllocator::Stat& s) {
-      nb::dict d;
-      d["current"] = s.current;
-      d["peak"] = s.peak;
-      d["allocated"] = s.allocated;
-      d["freed"] = s.freed;
-      return d;
-    };
     auto array = [&](const c10::CachingDeviceAllocator::StatArray& a) {
       nb::dict d;
       d["all"] = stat(a[static_cast<size_t>(StatType::AGGREGATE)]);
@@ -77,14 +82,6 @@ void bindMemory(nb::module_& m) {
   // torch.cuda.host_memory_stats_as_nested_dict lays them out.
   m.def("_host_memory_stats", [] {
     const at::HostStats stats = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
-    auto stat = [](const c10::CachingAllocator::Stat& s) {
-      nb::dict d;
-      d["current"] = s.current;
-      d["peak"] = s.peak;
-      d["allocated"] = s.allocated;
-      d["freed"] = s.freed;
-      return d;
-    };
     auto duration = [](const c10::CachingAllocator::DurationStat& s) {
       nb::dict d;
       d["total"] = s.total;

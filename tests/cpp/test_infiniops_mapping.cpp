@@ -47,8 +47,16 @@ class RecordingNvidiaRuntime final : public runtime::InfiniRtRuntime {
   void setDevice(int device) override { bound = device; }
   void synchronizeDevice(int) override {}
   std::pair<size_t, size_t> memGetInfo(int) override { return {0, 0}; }
-  void* malloc(int, size_t bytes) override { return std::malloc(bytes); }
-  void free(int, void* ptr) override { std::free(ptr); }
+  // The provider keeps its constants for the process's lifetime (device
+  // memory in the library); this runtime, a static, frees them at exit.
+  void* malloc(int, size_t bytes) override { return live_.emplace_back(std::malloc(bytes)); }
+  void free(int, void* ptr) override {
+    std::erase(live_, ptr);
+    std::free(ptr);
+  }
+  ~RecordingNvidiaRuntime() override {
+    for (void* ptr : live_) std::free(ptr);
+  }
   void* mallocHost(size_t bytes) override { return std::malloc(bytes); }
   void freeHost(void* ptr) override { std::free(ptr); }
   void memcpy(void* dst, const void* src, size_t bytes, runtime::MemcpyKind) override {
@@ -79,6 +87,7 @@ class RecordingNvidiaRuntime final : public runtime::InfiniRtRuntime {
 
  private:
   const std::string name_ = "nvidia";
+  std::vector<void*> live_;
 };
 
 RecordingNvidiaRuntime& rt() {

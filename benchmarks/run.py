@@ -123,9 +123,15 @@ def run_case(case: Case, rounds: int) -> Result:
 
 def measure(case: Case, rounds: int) -> Result:
     ratios, cpu_times, dev_times = [], [], []
-    for _ in range(rounds):
-        t_cpu = time_per_iteration(case.cpu, case.iterations, device=False)
-        t_dev = time_per_iteration(case.dev, case.iterations, device=True)
+    for index in range(rounds):
+        # Alternate which side runs first: the second of a pair otherwise
+        # always inherits the first's caches, allocator state and garbage.
+        if index % 2:
+            t_dev = time_per_iteration(case.dev, case.iterations, device=True)
+            t_cpu = time_per_iteration(case.cpu, case.iterations, device=False)
+        else:
+            t_cpu = time_per_iteration(case.cpu, case.iterations, device=False)
+            t_dev = time_per_iteration(case.dev, case.iterations, device=True)
         cpu_times.append(t_cpu)
         dev_times.append(t_dev)
         # bandwidth ratio = cpu time / infini time

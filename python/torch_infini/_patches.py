@@ -146,9 +146,9 @@ def _compile_fallback_for_inductor() -> None:
 
 
 def apply_to_inductor() -> None:
-    """Two decisions Inductor makes by the device name "cpu", with no hook for
-    another device, extended to infini (whose kernels are Inductor's C++ CPU
-    kernels, _inductor.py); test_compile.py pins them by name.
+    """Four decisions Inductor makes by the device name "cpu", with no hook
+    for another device, extended to infini (whose kernels are Inductor's C++
+    CPU kernels, _inductor.py); test_compile.py pins them by name.
 
     - ``get_current_backend`` answers "cpp" for infini where the compiler
       plug-in compiles C++ (otherwise an unknown device gets the Triton
@@ -156,7 +156,17 @@ def apply_to_inductor() -> None:
       replaced in every module that imported it by name.
     - ``BaseSchedulerNode.is_cpu`` is true for infini nodes of a C++
       plug-in: otherwise GPU-only scheduler rewrites run on C++ kernels.
+    - ``ir.is_cpu`` (when to store an intermediate instead of recomputing it
+      in each reader: the operation-count and read thresholds, heavy
+      operations such as exp reused) is true for infini nodes of a C++
+      plug-in: with the GPU thresholds a C++ kernel recomputes, say, a
+      softmax's exp(x - max) in every loop that reads it (1.4x the CPU's
+      time on a [4096, 256] softmax).
+    - ``lowering.use_two_step_variance`` (a variance as mean then sum of
+      squares, or Welford's) answers for infini as for the CPU: a compiled
+      layer norm then runs the CPU's kernel, bit for bit.
     """
+    from torch._inductor import ir as _ir
     from torch._inductor import scheduler as _scheduler
     from torch._inductor import utils as _utils
     from torch._inductor.codegen import common as _common
@@ -193,3 +203,52 @@ def apply_to_inductor() -> None:
         )
 
     _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
+
+    original_ir_is_cpu = _ir.is_cpu
+
+    def ir_is_cpu(x: Any) -> bool:
+        if original_ir_is_cpu(x):
+            return True
+        return _ir.get_device_type(x) == "infini" and _compiler.source_language() == "c++"
+
+    ir_is_cpu._torch_infini_original = original_ir_is_cpu  # type: ignore[attr-defined]
+    _ir.is_cpu = ir_is_cpu
+    _two_step_variance_as_on_the_cpu(_compiler.source_language)
+
+
+def _two_step_variance_as_on_the_cpu(source_language: Any) -> None:
+    """PyTorch 2.13's choice between the two variance algorithms reads the
+    CPU's threshold for device "cpu" only (2.11 has no per-device choice:
+    nothing to extend there)."""
+    import sympy
+    from torch._inductor import config
+    from torch._inductor import lowering as _lowering
+    from torch._inductor.utils import sympy_product
+
+    original = getattr(_lowering, "use_two_step_variance", None)
+    if original is None or not hasattr(config.cpp, "use_two_step_variance_threshold"):
+        return
+
+    def use_two_step_variance(x: Any, axis: Any, keepdim: Any, *args: Any, **kwargs: Any) -> bool:
+        device = x.get_device()
+        if device is None or device.type != "infini" or source_language() != "c++":
+            return original(x, axis, keepdim, *args, **kwargs)
+        # The CPU's branch: two steps up to the threshold, unless the
+        # reduction is the whole tensor.
+        reduction = _lowering._make_reduction_inner(
+            x,
+            axis=_lowering._validate_reduction_axis(x, axis),
+            keepdims=keepdim,
+            dtype=None,
+            override_return_dtype=None,
+        )
+        numel = sympy_product(reduction["reduction_ranges"])
+        if not isinstance(numel, sympy.Integer):
+            return False
+        return (
+            int(numel) <= config.cpp.use_two_step_variance_threshold
+            and sympy_product(reduction["ranges"]) != 1
+        )
+
+    use_two_step_variance._torch_infini_original = original  # type: ignore[attr-defined]
+    _lowering.use_two_step_variance = use_two_step_variance

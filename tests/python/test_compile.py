@@ -307,3 +307,47 @@ def test_inductor_decides_for_infini_as_for_the_cpu() -> None:
     is_cpu = scheduler.BaseSchedulerNode.is_cpu
     assert is_cpu(Node(DEVICE)) and is_cpu(Node(torch.device("cpu")))
     assert not is_cpu(Node(torch.device("meta")))
+    # The realization heuristics' device test (ir.is_cpu).
+    from torch._inductor import ir
+
+    assert ir.is_cpu(DEVICE) and ir.is_cpu(torch.device("cpu")) and not ir.is_cpu("meta")
+
+
+# A kernel's source in the wrapper: cpp_kernel(name, types, r'''...''').
+_KERNEL_SOURCE = re.compile(r"r'''\n(.*?)'''", re.DOTALL)
+
+
+def _kernel_sources(fn: object, *args: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    result, codes = run_and_get_code(torch.compile(fn), *args)
+    return result, [k.strip() for code in codes for k in _KERNEL_SOURCE.findall(code)]
+
+
+def _softmax_of_a_sum(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(torch.sin(x) * 2 + w, dim=-1).sum(dim=0)
+
+
+def _layer_norm_exp(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, w).exp()
+
+
+def _variance_of_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.var_mean(x * w, dim=-1)[0]
+
+
+@pytest.mark.parametrize("fn", [_softmax_of_a_sum, _layer_norm_exp, _variance_of_rows])
+def test_inductor_generates_the_cpus_kernels_for_infini(fn: object) -> None:
+    """Inductor's heuristics that test for the device "cpu" (when to store
+    an intermediate rather than recompute it in each reader; which variance
+    algorithm) answer for infini as for the CPU: the generated C++ is the
+    CPU's, line for line, and the values are the CPU's, bit for bit. With
+    the GPU heuristics a compiled softmax recomputed sin(x) in every loop
+    (1.4x the CPU's time) and a layer norm took Welford's algorithm."""
+    x, w = torch.randn(64, 256), torch.randn(256)
+    want, cpu_kernels = _kernel_sources(fn, x, w)
+    got, infini_kernels = _kernel_sources(fn, x.to(DEVICE), w.to(DEVICE))
+    assert cpu_kernels and infini_kernels == cpu_kernels
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    assert got.stride() == want.stride()

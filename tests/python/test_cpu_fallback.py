@@ -491,8 +491,8 @@ def _host_addressable() -> bool:
 @pytest.mark.skipif(not _host_addressable(), reason="device memory is not host memory")
 def test_in_place_where_memory_is_host_memory() -> None:
     """Inputs are read where they are; results the CPU kernel allocates are
-    allocated in device memory; only an out= argument that must grow is
-    copied."""
+    allocated in device memory; an out= argument that must grow grows in
+    device memory: nothing is copied."""
     x_cpu, x = _pair((100,))
     torch.atan2(x, x)  # structured: the CPU's functional atan2
     torch.exp_(x[::2])  # in place on a view
@@ -506,11 +506,50 @@ def test_in_place_where_memory_is_host_memory() -> None:
     assert all(n == 0 for n in copied.values()), copied
     fallback.reset_stats()
     out = torch.empty(0, device=DEVICE)
-    # out= must grow: staged instead (x once: both arguments are one storage;
-    # the empty out nothing) and the result copied back resized
-    torch.atan2(x, x, out=out)
+    torch.atan2(x, x, out=out)  # out= must grow
     assert_bitwise_equal(out, torch.atan2(x_cpu, x_cpu))
-    assert fallback.stats()["aten::atan2.out"].bytes_copied == 100 * 4 * 2
+    assert fallback.stats()["aten::atan2.out"].bytes_copied == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda out: torch.arange(3, 40, 2, out=out),
+        lambda out: torch.atan2(
+            torch.linspace(-2, 2, 12, device=out.device),
+            torch.linspace(1, 3, 12, device=out.device).flip(0),
+            out=out,
+        ),
+        lambda out: torch.cumsum(torch.arange(30.0, device=out.device).view(5, 6).t(), 0, out=out),
+    ],
+    ids=["arange", "atan2", "cumsum_of_transposed"],
+)
+@pytest.mark.parametrize("start", [0, 3], ids=["empty", "too_small"])
+@pytest.mark.filterwarnings("ignore:.*(resized|out tensor of shape).*:UserWarning")
+def test_an_out_argument_grows_in_device_memory_as_on_the_cpu(call: Callable, start: int) -> None:
+    """An out= the CPU kernel must grow (arange(..., out=torch.empty(0)) in
+    position ids) grows as its storage would on the CPU: every tensor of the
+    storage sees the new memory. Where device memory is host memory the
+    kernel's new memory is device memory and becomes the infini storage's,
+    with no copy and no retry (it was a refused resize, an exception and a
+    staged copy: 7x the CPU's time)."""
+    out_cpu = torch.arange(float(start))
+    out = out_cpu.to(DEVICE)
+    sibling_cpu, sibling = out_cpu[:0], out[:0]  # another tensor of the storage
+    want, got = call(out_cpu), call(out)
+    assert got is out and want is out_cpu
+    assert_bitwise_equal(out, out_cpu)
+    assert out.stride() == out_cpu.stride() and out.storage_offset() == out_cpu.storage_offset()
+    storage, storage_cpu = out.untyped_storage(), out_cpu.untyped_storage()
+    assert storage.nbytes() == storage_cpu.nbytes()
+    assert sibling.untyped_storage().data_ptr() == storage.data_ptr()
+    assert sibling_cpu.untyped_storage().data_ptr() == storage_cpu.data_ptr()
+    assert_bitwise_equal(
+        torch.empty(0, device=DEVICE).set_(storage, 0, (storage.nbytes() // 4,)),
+        torch.empty(0).set_(storage_cpu, 0, (storage_cpu.nbytes() // 4,)),
+    )
+    if _host_addressable():  # (staged: the result is copied back, as ever)
+        assert all(s.bytes_copied == 0 for s in fallback.stats().values())
 
 
 def test_threads_share_one_policy_and_exact_counts() -> None:

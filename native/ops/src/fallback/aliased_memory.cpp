@@ -12,6 +12,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
@@ -176,7 +177,10 @@ class Aliaser {
       if (e.impl == target.storage().unsafeGetStorageImpl()) own = &e;
       if (e.cpu.unsafeGetStorageImpl() == now) other = &e;
     }
-    if (own != nullptr && other == own) return false;
+    if (own != nullptr && other == own) {
+      takeGrownMemory(*own);
+      return false;
+    }
     c10::TensorImpl* impl = target.unsafeGetTensorImpl();
     if (other != nullptr) {
       impl->set_storage_keep_dtype(other->infini.storage());
@@ -195,6 +199,45 @@ class Aliaser {
                      /*allocator=*/nullptr, /*resizable=*/false));
     return true;
   }
+
+  // Before the CPU kernel: the alias of the mutable infini argument
+  // `target` may grow as the infini tensor would (out= of another size, as
+  // arange(..., out=torch.empty(0)) has): its CPU storage becomes resizable,
+  // through the CPU allocator, which the call's RedirectCpuAllocations scope
+  // sends to device memory. A storage the infini one could not grow stays
+  // fixed, and the kernel's resize fails as it would there.
+  void allowGrowth(const at::Tensor& target) {
+    const c10::StorageImpl* infini = target.storage().unsafeGetStorageImpl();
+    if (!infini->resizable()) return;
+    for (Entry& e : storages_) {
+      if (e.impl != infini || !e.cpu) continue;
+      c10::StorageImpl* cpu = e.cpu.unsafeGetStorageImpl();
+      if (cpu->resizable()) return;
+      installCpuAllocationRedirect();  // GetCPUAllocator() is then the redirecting one
+      cpu->set_allocator(c10::GetCPUAllocator());
+      cpu->set_resizable(true);
+      grown_.push_back(cpu);
+    }
+  }
+
+  // After the call, kernel or exception: the storages allowGrowth made
+  // resizable are fixed again (the pool lends them on), and any device
+  // memory one still owns (the kernel grew it, then failed) is freed.
+  ~Aliaser() {
+    for (c10::StorageImpl* cpu : grown_) {
+      if (isRedirectedAllocation(cpu->data_ptr())) {
+        cpu->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+        cpu->set_nbytes(0);
+      }
+      cpu->set_resizable(false);
+      cpu->set_allocator(nullptr);
+    }
+  }
+
+  Aliaser(const Aliaser&) = delete;
+  Aliaser& operator=(const Aliaser&) = delete;
+
+  bool mayGrow() const { return !grown_.empty(); }
 
  private:
   // `t` as an infini tensor over the same memory, when the CPU kernel
@@ -262,11 +305,26 @@ class Aliaser {
     c10::Storage cpu;                  // the CPU storage over the same memory
     at::Tensor infini;                 // a tensor of that storage (keeps it alive)
   };
+  // An entry whose CPU storage the kernel grew (resize_bytes_cpu: new
+  // device memory, the old contents copied): the infini storage takes that
+  // memory, so every tensor of it sees the growth, as on the CPU; its old
+  // memory returns to the device cache.
+  void takeGrownMemory(const Entry& entry) {
+    c10::StorageImpl* cpu = entry.cpu.unsafeGetStorageImpl();
+    if (!isRedirectedAllocation(cpu->data_ptr())) return;
+    void* data = cpu->mutable_data();
+    const size_t nbytes = cpu->nbytes();
+    entry.impl->set_data_ptr_noswap(
+        takeDeviceAllocation(cpu->set_data_ptr(c10::DataPtr(data, c10::Device(c10::kCPU)))));
+    entry.impl->set_nbytes(nbytes);
+  }
+
   // A handful per call: a linear search beats hashing.
   c10::SmallVector<Entry, 4> storages_;
   CallDevice device_;
   AliasPool& pool_;
   bool only_plain_cpu_ = true;
+  c10::SmallVector<c10::StorageImpl*, 2> grown_;  // allowGrowth
 };
 
 bool isResizeRefusal(const c10::Error& e) {
@@ -282,11 +340,14 @@ using MutableAliases = c10::SmallVector<std::pair<size_t, at::Tensor>, 4>;
 // out= of 0 elements resized to (1, 0, 3)), which the infini tensor must
 // take too.
 MutableAliases mutableAliases(const c10::FunctionSchema& schema, const Arguments& original,
-                              const torch::jit::Stack& stack, size_t begin) {
+                              const torch::jit::Stack& stack, size_t begin, Aliaser& aliaser) {
   MutableAliases aliases;
   for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor()))
+    if (writes(schema, i) && original[i].isTensor() && isInfini(original[i].toTensor())) {
       aliases.emplace_back(i, stack[begin + i].toTensor());
+      // In-place operators keep self's size; out= arguments are resized.
+      if (schema.arguments()[i].is_out()) aliaser.allowGrowth(original[i].toTensor());
+    }
   }
   return aliases;
 }
@@ -294,14 +355,15 @@ MutableAliases mutableAliases(const c10::FunctionSchema& schema, const Arguments
 // Before the CPU reads and writes the memory of the call's device: the
 // stream's pending work first. A functional call's CPU kernel allocates its
 // results in device memory (on the current stream), which the infini results
-// then take over: `redirect` holds that scope.
+// then take over, and so does the growth of a mutable argument's storage:
+// `redirect` holds that scope.
 void prepareDevice(const Aliaser& aliaser, bool functional,
                    std::optional<RedirectCpuAllocations>* redirect) {
   if (!aliaser.device()) return;
   const int device = aliaser.device()->index();
   const c10::StreamId stream = currentStreamIdUnchecked(device);
   runtime::selectedRuntime().synchronizeStream(nativeStreamUnchecked(device, stream));
-  if (functional) redirect->emplace(device, stream);
+  if (functional || aliaser.mayGrow()) redirect->emplace(device, stream);
 }
 
 // Marks `op` as the operator this thread runs on the CPU, for the scope.
@@ -351,7 +413,12 @@ void updateMutableArguments(const MutableAliases& aliases, const Arguments& orig
     const at::Tensor& target = original[index].toTensor();
     if (aliaser.replacedStorage(target, alias)) continue;
     if (!sameGeometry(*target.unsafeGetTensorImpl(), *alias.unsafeGetTensorImpl())) {
-      // Same memory (the alias's storage cannot grow): only the geometry moved.
+      // Same storage (grown, if it had to, by replacedStorage): the geometry
+      // moved. Never a geometry past the storage's end.
+      TORCH_INTERNAL_ASSERT(
+          at::detail::computeStorageNbytes(alias.sizes(), alias.strides(), alias.itemsize(),
+                                           alias.storage_offset()) <= target.storage().nbytes(),
+          "infini: the CPU fallback lost the growth of an argument's storage");
       target.unsafeGetTensorImpl()->set_sizes_and_strides(alias.sizes(), alias.strides(),
                                                           alias.storage_offset());
     }
@@ -375,7 +442,7 @@ bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       stack, begin, [&](const at::Tensor& t) { return aliaser.toCpu(t); },
       [&](c10::Device device) { aliaser.noteDevice(device); });
   const MutableAliases mutable_aliases =
-      functional ? MutableAliases() : mutableAliases(schema, original, *stack, begin);
+      functional ? MutableAliases() : mutableAliases(schema, original, *stack, begin, aliaser);
   // The redirect and the running mark last to the return: over the results'
   // conversion to infini tensors too.
   std::optional<RedirectCpuAllocations> redirect;

@@ -5,10 +5,15 @@ Off the CPU PyTorch computes LSTM and GRU cells with fused kernels
 which infini implements with CUDA's definition; the CPU's own path is
 unfused and rounds differently, so results and gradients are compared with
 PyTorch's tolerances (float16 and bfloat16: computed in float, rounded once).
+
+Where device memory is host memory a float32 nn.LSTM takes the CPU's own
+route instead (aten/lstm_layers.cpp: one oneDNN layer call per layer and
+direction, run by the CPU fallback): bit for bit the CPU's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from collections.abc import Callable
@@ -132,3 +137,95 @@ def test_fused_cell_argument_checks() -> None:
         torch.ops.aten._thnn_fused_lstm_cell(gates, gates, torch.zeros(2, 3, device=DEVICE))
     with raises_exactly(RuntimeError, match="differ in size"):
         torch.ops.aten._thnn_fused_gru_cell(gates, torch.zeros(2, 9, device=DEVICE), gates)
+
+
+def _cpu_route() -> bool:
+    import torch_infini
+
+    return bool(torch_infini._C._capabilities()["host_addressable"]) and bool(
+        torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+    )
+
+
+ONEDNN_LSTMS: dict[str, Callable[[], nn.Module]] = {
+    "1 layer": lambda: nn.LSTM(5, 4),
+    "2 layers, bidirectional, batch_first": lambda: nn.LSTM(
+        5, 4, num_layers=2, bidirectional=True, batch_first=True
+    ),
+    "3 layers, no bias": lambda: nn.LSTM(5, 4, num_layers=3, bias=False),
+}
+
+
+@pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero_state", "given_state"])
+@pytest.mark.parametrize("name", list(ONEDNN_LSTMS))
+def test_float32_lstm_is_the_cpus_bit_for_bit(name: str, with_state: bool) -> None:
+    """A float32 nn.LSTM runs the CPU's oneDNN layers on device memory: one
+    call per layer and direction each way (not ten calls per time step),
+    outputs, final states and every gradient (input, initial states,
+    parameters) the CPU's bits, strides included."""
+    import torch_infini
+
+    cpu, dev = _pair(ONEDNN_LSTMS[name], torch.float32)
+    batch_first = cpu.batch_first
+    shape = (2, 7, 5) if batch_first else (7, 2, 5)
+    layers = cpu.num_layers * (2 if cpu.bidirectional else 1)
+    x_cpu = (make_cpu(shape, torch.float32, seed=1) / 10).requires_grad_()
+    x = x_cpu.detach().to(DEVICE).requires_grad_()
+    states_cpu: tuple[torch.Tensor, ...] = ()
+    states: tuple[torch.Tensor, ...] = ()
+    if with_state:
+        states_cpu = tuple(
+            (make_cpu((layers, 2, 4), torch.float32, seed=s) / 10).requires_grad_() for s in (2, 3)
+        )
+        states = tuple(s.detach().to(DEVICE).requires_grad_() for s in states_cpu)
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.allowed("silent"):
+        y, (h, c) = dev(x, states or None)
+        y_cpu, (h_cpu, c_cpu) = cpu(x_cpu, states_cpu or None)
+        grads = [
+            make_cpu(tuple(t.shape), torch.float32, seed=9 + i) for i, t in enumerate((y, h, c))
+        ]
+        torch.autograd.backward((y_cpu, h_cpu, c_cpu), grads)
+        torch.autograd.backward((y, h, c), [g.to(DEVICE) for g in grads])
+    calls = {k: v.calls for k, v in torch_infini.cpu_fallback.stats().items()}
+    assert calls.get("aten::mkldnn_rnn_layer") == layers
+    assert calls.get("aten::mkldnn_rnn_layer_backward") == layers
+    for got, want in [(y, y_cpu), (h, h_cpu), (c, c_cpu)]:
+        assert torch.equal(got.cpu(), want) and got.stride() == want.stride()
+    leaves = [(x, x_cpu), *zip(states, states_cpu, strict=True)]
+    leaves += list(zip(dev.parameters(), cpu.parameters(), strict=True))
+    for got, want in leaves:
+        assert got.grad is not None and want.grad is not None
+        assert torch.equal(got.grad.cpu(), want.grad), "a gradient differs from the CPU's"
+
+
+@pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
+def test_lstm_without_gradients_takes_the_cpu_route_too() -> None:
+    """Evaluation, torch.no_grad and inference mode (no autograd key)."""
+    cpu, dev = _pair(ONEDNN_LSTMS["2 layers, bidirectional, batch_first"], torch.float32)
+    cpu.eval(), dev.eval()
+    x_cpu = make_cpu((3, 5, 5), torch.float32, seed=4)
+    for context in (contextlib.nullcontext, torch.no_grad, torch.inference_mode):
+        with context():  # (the CPU's own bits differ between these modes)
+            got, want = dev(x_cpu.to(DEVICE))[0], cpu(x_cpu)[0]
+        assert torch.equal(got.cpu(), want) and got.stride() == want.stride()
+
+
+@pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
+def test_lstm_dropout_between_layers_draws_on_infini() -> None:
+    """Dropout between layers (training) is infini's own dropout, as the
+    CPU's route calls it: no layer output is zeroed wholesale, a seed
+    repeats the result, and evaluation has none."""
+    torch.manual_seed(0)
+    dev = nn.LSTM(5, 8, num_layers=2, dropout=0.5).to(DEVICE)
+    x = make_cpu((6, 3, 5), torch.float32, seed=5).to(DEVICE)
+    torch.infini.manual_seed(1)
+    first = dev(x)[0]
+    torch.infini.manual_seed(1)
+    again = dev(x)[0]
+    assert torch.equal(first.cpu(), again.cpu())
+    torch.infini.manual_seed(2)
+    assert not torch.equal(dev(x)[0].cpu(), first.cpu())
+    dev.eval()
+    assert torch.equal(dev(x)[0].cpu(), dev(x)[0].cpu())

@@ -6,9 +6,11 @@ which infini implements with CUDA's definition; the CPU's own path is
 unfused and rounds differently, so results and gradients are compared with
 PyTorch's tolerances (float16 and bfloat16: computed in float, rounded once).
 
-Where device memory is host memory a float32 nn.LSTM takes the CPU's own
-route instead (aten/lstm_layers.cpp: one oneDNN layer call per layer and
-direction, run by the CPU fallback): bit for bit the CPU's.
+Where device memory is host memory nn.LSTM (float32) and nn.GRU take the
+CPU's own route instead (aten/rnn_layers.cpp: the LSTM as one oneDNN layer
+call per layer and direction, run by the CPU fallback; the GRU with its
+input projections precomputed and the CPU's unfused cell): bit for bit the
+CPU's.
 """
 
 from __future__ import annotations
@@ -147,63 +149,97 @@ def _cpu_route() -> bool:
     )
 
 
-ONEDNN_LSTMS: dict[str, Callable[[], nn.Module]] = {
-    "1 layer": lambda: nn.LSTM(5, 4),
-    "2 layers, bidirectional, batch_first": lambda: nn.LSTM(
+CPU_ROUTE_LAYERS: dict[str, Callable[[], nn.Module]] = {
+    "LSTM": lambda: nn.LSTM(5, 4),
+    "LSTM, 2 layers, bidirectional, batch_first": lambda: nn.LSTM(
         5, 4, num_layers=2, bidirectional=True, batch_first=True
     ),
-    "3 layers, no bias": lambda: nn.LSTM(5, 4, num_layers=3, bias=False),
+    "LSTM, 3 layers, no bias": lambda: nn.LSTM(5, 4, num_layers=3, bias=False),
+    "GRU": lambda: nn.GRU(5, 4),
+    "GRU, 2 layers, bidirectional, batch_first": lambda: nn.GRU(
+        5, 4, num_layers=2, bidirectional=True, batch_first=True
+    ),
+    "GRU, 3 layers, no bias": lambda: nn.GRU(5, 4, num_layers=3, bias=False),
 }
+
+
+def _aten_calls(run: Callable[[], None]) -> dict[str, int]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    return {e.key: e.count for e in prof.key_averages()}
 
 
 @pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
 @pytest.mark.parametrize("with_state", [False, True], ids=["zero_state", "given_state"])
-@pytest.mark.parametrize("name", list(ONEDNN_LSTMS))
-def test_float32_lstm_is_the_cpus_bit_for_bit(name: str, with_state: bool) -> None:
-    """A float32 nn.LSTM runs the CPU's oneDNN layers on device memory: one
-    call per layer and direction each way (not ten calls per time step),
-    outputs, final states and every gradient (input, initial states,
-    parameters) the CPU's bits, strides included."""
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [(name, torch.float32) for name in CPU_ROUTE_LAYERS]
+    + [("GRU, 2 layers, bidirectional, batch_first", torch.float64)],
+)
+def test_lstm_and_gru_are_the_cpus_bit_for_bit(
+    name: str, dtype: torch.dtype, with_state: bool
+) -> None:
+    """nn.LSTM (float32) and nn.GRU take the CPU's route on device memory:
+    the LSTM one oneDNN layer call per layer and direction each way, the
+    GRU each layer's input projection once per sequence and no fused cell
+    (not ten calls per time step). Outputs, final states and every gradient
+    (input, initial states, parameters) are the CPU's bits, strides too."""
     import torch_infini
 
-    cpu, dev = _pair(ONEDNN_LSTMS[name], torch.float32)
-    batch_first = cpu.batch_first
-    shape = (2, 7, 5) if batch_first else (7, 2, 5)
+    cpu, dev = _pair(CPU_ROUTE_LAYERS[name], dtype)
+    lstm = isinstance(cpu, nn.LSTM)
+    shape = (2, 7, 5) if cpu.batch_first else (7, 2, 5)
     layers = cpu.num_layers * (2 if cpu.bidirectional else 1)
-    x_cpu = (make_cpu(shape, torch.float32, seed=1) / 10).requires_grad_()
+    x_cpu = (make_cpu(shape, dtype, seed=1) / 10).requires_grad_()
     x = x_cpu.detach().to(DEVICE).requires_grad_()
     states_cpu: tuple[torch.Tensor, ...] = ()
-    states: tuple[torch.Tensor, ...] = ()
     if with_state:
         states_cpu = tuple(
-            (make_cpu((layers, 2, 4), torch.float32, seed=s) / 10).requires_grad_() for s in (2, 3)
+            (make_cpu((layers, 2, 4), dtype, seed=s) / 10).requires_grad_()
+            for s in ((2, 3) if lstm else (2,))
         )
-        states = tuple(s.detach().to(DEVICE).requires_grad_() for s in states_cpu)
+    states = tuple(s.detach().to(DEVICE).requires_grad_() for s in states_cpu)
+
+    def initial(states: tuple[torch.Tensor, ...]) -> object:
+        return (states if lstm else states[0]) if states else None
+
+    def run(
+        module: nn.Module, x: torch.Tensor, states: tuple[torch.Tensor, ...]
+    ) -> list[torch.Tensor]:
+        y, final = module(x, initial(states))
+        results = [y, *(final if lstm else (final,))]
+        grads = [
+            make_cpu(tuple(t.shape), dtype, seed=9 + i).to(x.device) for i, t in enumerate(results)
+        ]
+        torch.autograd.backward(results, grads)
+        return results
+
+    got: list[torch.Tensor] = []
     torch_infini.cpu_fallback.reset_stats()
     with torch_infini.cpu_fallback.allowed("silent"):
-        y, (h, c) = dev(x, states or None)
-        y_cpu, (h_cpu, c_cpu) = cpu(x_cpu, states_cpu or None)
-        grads = [
-            make_cpu(tuple(t.shape), torch.float32, seed=9 + i) for i, t in enumerate((y, h, c))
-        ]
-        torch.autograd.backward((y_cpu, h_cpu, c_cpu), grads)
-        torch.autograd.backward((y, h, c), [g.to(DEVICE) for g in grads])
-    calls = {k: v.calls for k, v in torch_infini.cpu_fallback.stats().items()}
-    assert calls.get("aten::mkldnn_rnn_layer") == layers
-    assert calls.get("aten::mkldnn_rnn_layer_backward") == layers
-    for got, want in [(y, y_cpu), (h, h_cpu), (c, c_cpu)]:
-        assert torch.equal(got.cpu(), want) and got.stride() == want.stride()
+        calls = _aten_calls(lambda: got.extend(run(dev, x, states)))
+    want = run(cpu, x_cpu, states_cpu)
+    fallback_calls = {k: v.calls for k, v in torch_infini.cpu_fallback.stats().items()}
+    if lstm:
+        assert fallback_calls.get("aten::mkldnn_rnn_layer") == layers
+        assert fallback_calls.get("aten::mkldnn_rnn_layer_backward") == layers
+    else:
+        assert "aten::_thnn_fused_gru_cell" not in calls
+        steps = shape[1] if cpu.batch_first else shape[0]
+        assert calls["aten::linear"] == layers * (steps + 1)  # per layer: 1 + 1 per step
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.cpu(), w) and g.stride() == w.stride()
     leaves = [(x, x_cpu), *zip(states, states_cpu, strict=True)]
     leaves += list(zip(dev.parameters(), cpu.parameters(), strict=True))
-    for got, want in leaves:
-        assert got.grad is not None and want.grad is not None
-        assert torch.equal(got.grad.cpu(), want.grad), "a gradient differs from the CPU's"
+    for g, w in leaves:
+        assert g.grad is not None and w.grad is not None
+        assert torch.equal(g.grad.cpu(), w.grad), "a gradient differs from the CPU's"
 
 
 @pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
 def test_lstm_without_gradients_takes_the_cpu_route_too() -> None:
     """Evaluation, torch.no_grad and inference mode (no autograd key)."""
-    cpu, dev = _pair(ONEDNN_LSTMS["2 layers, bidirectional, batch_first"], torch.float32)
+    cpu, dev = _pair(CPU_ROUTE_LAYERS["LSTM, 2 layers, bidirectional, batch_first"], torch.float32)
     cpu.eval(), dev.eval()
     x_cpu = make_cpu((3, 5, 5), torch.float32, seed=4)
     for context in (contextlib.nullcontext, torch.no_grad, torch.inference_mode):

@@ -177,6 +177,15 @@ Operand elementwiseOutput(const at::Tensor& out, Inputs inputs) {
   if (!out.defined()) {
     if (at::Tensor known = cache.find(inputs); known.defined())
       return Operand::owned(std::move(known));
+  } else if (std::all_of(inputs.begin(), inputs.end(), [&](const at::Tensor& in) {
+               return in.scalar_type() == out.scalar_type() && sameDims(in.sizes(), out.sizes());
+             })) {
+    // An in-place or out= call whose inputs have out's shape and dtype (a
+    // gate's add_ on a slice): nothing to broadcast, promote or resize, so
+    // only the iterator's memory checks remain, the same functions it calls.
+    at::assert_no_internal_overlap(out);
+    for (const at::Tensor& in : inputs) at::assert_no_partial_overlap(out, in);
+    return Operand::borrowed(out);
   }
   at::TensorIteratorConfig config;
   config.set_check_mem_overlap(true).check_all_same_dtype(true).add_output(out);
@@ -198,6 +207,12 @@ bool sameLayoutOperands(const at::Tensor& a, const at::Tensor& b) {
   return isInfini(a) && isInfini(b) && a.device() == b.device() &&
          a.scalar_type() == b.scalar_type() && sameDims(a.sizes(), b.sizes()) &&
          sameDims(a.strides(), b.strides()) && a.is_non_overlapping_and_dense();
+}
+
+// Both infini on one device, with equal sizes and dtype (strides free).
+bool sameShapeAndDtype(const at::Tensor& a, const at::Tensor& b) {
+  return isInfini(a) && isInfini(b) && a.device() == b.device() &&
+         a.scalar_type() == b.scalar_type() && sameDims(a.sizes(), b.sizes());
 }
 
 // The value of a 0-dim CPU tensor without a dispatch for the common
@@ -306,6 +321,18 @@ Operand binaryKernel(const char* name, SeamOp op, const at::Tensor& out, const a
     launchBinary(op, toRef(*result), toRef(self), toRef(other), alpha,
                  nativeStreamUnchecked(device, stream_id));
     return result;
+  }
+  if (out.defined() && sameShapeAndDtype(out, self) && sameShapeAndDtype(out, other)) {
+    // In place or out= over operands of out's shape and dtype, any strides
+    // (the gates of a recurrent cell are slices): nothing to promote,
+    // broadcast or allocate; TensorIterator's memory checks only.
+    requireKernel(name, op, out.scalar_type());
+    at::assert_no_internal_overlap(out);
+    at::assert_no_partial_overlap(out, self);
+    at::assert_no_partial_overlap(out, other);
+    if (out.numel() > 0)
+      launchBinary(op, toRef(out), toRef(self), toRef(other), alpha, streamOf(out));
+    return Operand::borrowed(out);
   }
   auto [a, b] = binaryOperands(name, op, self, other);
   if (out.defined()) {

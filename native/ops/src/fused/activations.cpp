@@ -18,6 +18,7 @@
 
 #include "aten/bridge.h"
 #include "fused/common.h"
+#include "fused/references.h"
 #include "fused/registration.h"
 
 namespace torch_infini::ops {
@@ -66,32 +67,82 @@ void checkCausalSoftmax(const at::Tensor& x) {
                   x.sym_sizes());
 }
 
-at::Tensor siluAndMulReference(const at::Tensor& x) {
+}  // namespace
+
+// The references, written into `out` (the result's shape, any dtype the
+// caller allocated: the input's). In a wide dtype (float32, float64) the
+// last operation writes `out` itself; otherwise the wide result is rounded
+// into it once, as .to() would. The CPU kernels allocate `out`; the host
+// provider passes the device tensor's own memory (no result to copy).
+void siluAndMulInto(const at::Tensor& out, const at::Tensor& x) {
   checkSiluAndMul(x);
   const int64_t h = x.size(-1) / 2;
-  const at::Tensor gate = x.narrow(-1, 0, h).to(wide(x.scalar_type()));
-  const at::Tensor up = x.narrow(-1, h, h).to(wide(x.scalar_type()));
-  return (at::silu(gate) * up).to(x.scalar_type());
+  const c10::ScalarType w = wide(x.scalar_type());
+  const at::Tensor gate = x.narrow(-1, 0, h).to(w);
+  const at::Tensor up = x.narrow(-1, h, h).to(w);
+  if (out.scalar_type() == w) {
+    at::mul_out(const_cast<at::Tensor&>(out), at::silu(gate), up);
+  } else {
+    out.copy_(at::silu(gate) * up);
+  }
 }
 
-at::Tensor causalSoftmaxReference(const at::Tensor& x) {
+void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x) {
   checkCausalSoftmax(x);
   const int64_t s = x.size(-2);
   const int64_t t = x.size(-1);
   const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
-  const at::Tensor w = x.to(wide(x.scalar_type()));
+  const c10::ScalarType w = wide(x.scalar_type());
   // 0 in the masked entries whatever the row holds (softmax alone gives NaN
   // there in a row with NaN or +inf allowed), as InfiniOps' kernel writes them.
   const at::Tensor outside = masked.logical_not();
-  return at::softmax(w.masked_fill(outside, -INFINITY), -1)
-      .masked_fill(outside, 0)
-      .to(x.scalar_type());
+  const at::Tensor scores = x.to(w).masked_fill(outside, -INFINITY);
+  if (out.scalar_type() == w) {
+    at::_softmax_out(const_cast<at::Tensor&>(out), scores, -1, /*half_to_float=*/false);
+    out.masked_fill_(outside, 0);
+  } else {
+    out.copy_(at::softmax(scores, -1).masked_fill(outside, 0));
+  }
+}
+
+void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor& gate) {
+  checkSwiglu(input, gate);
+  const c10::ScalarType w = wide(input.scalar_type());
+  if (out.scalar_type() == w) {
+    at::mul_out(const_cast<at::Tensor&>(out), input.to(w), at::silu(gate.to(w)));
+  } else {
+    out.copy_(input.to(w) * at::silu(gate.to(w)));
+  }
+}
+
+namespace {
+
+// A new result of the input's sizes, as the Meta kernels describe it.
+at::Tensor resultLike(const at::Tensor& x, c10::IntArrayRef sizes) {
+  return at::empty(sizes, x.options());
+}
+
+at::Tensor siluAndMulReference(const at::Tensor& x) {
+  checkSiluAndMul(x);
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() /= 2;
+  at::Tensor out = resultLike(x, sizes);
+  siluAndMulInto(out, x);
+  return out;
+}
+
+at::Tensor causalSoftmaxReference(const at::Tensor& x) {
+  checkCausalSoftmax(x);
+  at::Tensor out = resultLike(x, x.sizes());
+  causalSoftmaxInto(out, x);
+  return out;
 }
 
 at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
-  const c10::ScalarType w = wide(input.scalar_type());
-  return (input.to(w) * at::silu(gate.to(w))).to(input.scalar_type());
+  at::Tensor out = resultLike(input, input.sizes());
+  swigluInto(out, input, gate);
+  return out;
 }
 
 // ---- CPU and Meta ------------------------------------------------------------

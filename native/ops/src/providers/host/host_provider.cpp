@@ -21,6 +21,7 @@
 #include <optional>
 #include <utility>
 
+#include "fused/references.h"
 #include "random/dtypes.h"
 #include "random/fill.h"
 #include "torch_infini/ops/declared_support.h"
@@ -422,16 +423,14 @@ class HostKernels final : public KernelProvider {
         out, x, weight);
   }
 
-  // The fused operators' CPU kernels (their reference), run on the device
-  // memory.
+  // The fused operators' CPU references, written straight into the
+  // device memory.
   void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
     submit(
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          static const auto op = fusedOperator<at::Tensor(const at::Tensor&)>("silu_and_mul");
-          at::native::copy_(o, op.redispatch(kCpuKernel, al(x_ref, 1)));
+          siluAndMulInto(al(o_ref, 0), al(x_ref, 1));
         },
         out, x);
   }
@@ -442,10 +441,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
           Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          static const auto op =
-              fusedOperator<at::Tensor(const at::Tensor&, const at::Tensor&)>("swiglu");
-          at::native::copy_(o, op.redispatch(kCpuKernel, al(i_ref, 1), al(g_ref, 2)));
+          swigluInto(al(o_ref, 0), al(i_ref, 1), al(g_ref, 2));
         },
         out, input, gate);
   }
@@ -456,9 +452,7 @@ class HostKernels final : public KernelProvider {
         stream,
         [](const TensorRef& o_ref, const TensorRef& x_ref) {
           Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          static const auto op = fusedOperator<at::Tensor(const at::Tensor&)>("causal_softmax");
-          at::native::copy_(o, op.redispatch(kCpuKernel, al(x_ref, 1)));
+          causalSoftmaxInto(al(o_ref, 0), al(x_ref, 1));
         },
         out, x);
   }

@@ -1,0 +1,14 @@
+// The fused operators' CPU references written into a given result
+// (fused/activations.cpp): the CPU kernels allocate it, the host provider
+// passes the device tensor's own memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_infini::ops {
+
+void siluAndMulInto(const at::Tensor& out, const at::Tensor& x);
+void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x);
+void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor& gate);
+
+}  // namespace torch_infini::ops

@@ -265,3 +265,20 @@ def test_lstm_dropout_between_layers_draws_on_infini() -> None:
     assert not torch.equal(dev(x)[0].cpu(), first.cpu())
     dev.eval()
     assert torch.equal(dev(x)[0].cpu(), dev(x)[0].cpu())
+
+
+@pytest.mark.parametrize("layer", [nn.LSTM, nn.GRU], ids=["LSTM", "GRU"])
+def test_under_infini_autocast_cells_follow_cudas_policy(layer: type[nn.Module]) -> None:
+    """Autocast on infini is CUDA's policy: lstm_cell and gru_cell in
+    float16, through the fused cells. The CPU's route is not taken there."""
+    import torch_infini
+
+    torch.manual_seed(0)
+    dev = layer(5, 4).to(DEVICE)
+    x = make_cpu((6, 2, 5), torch.float32, seed=7).to(DEVICE)
+    outputs: list[torch.Tensor] = []
+    with torch_infini.cpu_fallback.allowed("silent"), torch.autocast("infini", torch.float16):
+        calls = _aten_calls(lambda: outputs.append(dev(x)[0]))
+    assert outputs[0].dtype == torch.float16
+    fused = "aten::_thnn_fused_lstm_cell" if layer is nn.LSTM else "aten::_thnn_fused_gru_cell"
+    assert calls.get(fused, 0) >= 6  # one per time step (6)

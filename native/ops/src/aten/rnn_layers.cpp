@@ -18,6 +18,7 @@
 // forms run as before.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/gru_native.h>
 #include <ATen/ops/lstm_native.h>
 #include <torch/library.h>
@@ -46,6 +47,9 @@ bool staticInfini(const Tensor& t) {
 // form runs, and raises the CPU's device errors).
 bool cpuCanRun(const Tensor& input, at::TensorList states, at::TensorList params) {
   if (!runtime::selectedRuntime().capabilities().host_addressable) return false;
+  // Under infini autocast the cells follow CUDA's policy (lstm_cell and
+  // gru_cell in lower precision), as on CUDA: the composite form.
+  if (at::autocast::is_autocast_enabled(c10::DeviceType::PrivateUse1)) return false;
   if (!staticInfini(input)) return false;
   const auto alongside = [&](const Tensor& t) {
     return staticInfini(t) && t.device() == input.device();

@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "aten/bridge.h"
+#include "aten/bridge_registrar.h"
+#include "random/dtypes.h"
 #include "torch_infini/runtime/backend_selection.h"
 
 namespace torch_infini::ops {
@@ -208,8 +210,9 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("gru.input", gru);
 }
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("lstm.input", lstm);
-  m.impl("gru.input", gru);
+  BridgeRegistrar rnn(m, "aten", "rnn", std::nullopt, floatingDtype);
+  rnn.impl("lstm.input", lstm);
+  rnn.impl("gru.input", gru);
 }
 
 }  // namespace

@@ -131,6 +131,25 @@ CASES: dict[str, GradCase] = {
         [(2, 3), (2, 4), (12, 3), (12, 4), (12,), (12,)],
         same_kernel=False,
     ),
+    # Whole layers ([steps, batch, features]), as nn.LSTM and nn.GRU call
+    # them: on host the CPU's route (rnn_layers.cpp), bit for bit.
+    "lstm": GradCase(
+        "aten::lstm.input",
+        lambda x, h, c, *w: torch.cat(
+            [
+                t.flatten()
+                for t in torch.lstm(x / 10, (h / 10, c / 10), w, True, 1, 0.0, True, False, False)
+            ]
+        ),
+        [(5, 2, 3), (1, 2, 4), (1, 2, 4), (16, 3), (16, 4), (16,), (16,)],
+    ),
+    "gru": GradCase(
+        "aten::gru.input",
+        lambda x, h, *w: torch.cat(
+            [t.flatten() for t in torch.gru(x / 10, h / 10, w, True, 1, 0.0, True, False, False)]
+        ),
+        [(5, 2, 3), (1, 2, 4), (12, 3), (12, 4), (12,), (12,)],
+    ),
 }
 
 # Cases whose backward needs an operator infini has no kernel for (the CPU

@@ -61,12 +61,10 @@ bool cpuCanRun(const Tensor& input, at::TensorList states, at::TensorList params
 }
 
 // The weights of layer `index`: w_ih, w_hh[, b_ih, b_hh].
-const Tensor* layerWeights(at::TensorList params, int64_t index, bool has_biases,
-                           int64_t layers) {
+const Tensor* layerWeights(at::TensorList params, int64_t index, bool has_biases, int64_t layers) {
   const size_t per_layer = has_biases ? 4 : 2;
   TORCH_CHECK(params.size() == static_cast<size_t>(layers) * per_layer, "rnn: expected ",
-              layers * static_cast<int64_t>(per_layer), " parameter tensors, got ",
-              params.size());
+              layers * static_cast<int64_t>(per_layer), " parameter tensors, got ", params.size());
   return &params[static_cast<size_t>(index) * per_layer];
 }
 
@@ -122,9 +120,9 @@ std::tuple<Tensor, Tensor, Tensor> lstmByLayers(const Tensor& input, at::TensorL
 }
 
 std::tuple<Tensor, Tensor, Tensor> lstm(const Tensor& input, at::TensorList hx,
-                                        at::TensorList params, bool has_biases,
-                                        int64_t num_layers, double dropout, bool train,
-                                        bool bidirectional, bool batch_first) {
+                                        at::TensorList params, bool has_biases, int64_t num_layers,
+                                        double dropout, bool train, bool bidirectional,
+                                        bool batch_first) {
   if (!lstmOnOneDnn(input, hx, params)) {
     return at::native::lstm(input, hx, params, has_biases, num_layers, dropout, train,
                             bidirectional, batch_first);
@@ -175,8 +173,8 @@ std::tuple<Tensor, Tensor> gru(const Tensor& input, const Tensor& hx, at::Tensor
                                bool has_biases, int64_t num_layers, double dropout, bool train,
                                bool bidirectional, bool batch_first) {
   if (!cpuCanRun(input, hx, params)) {
-    return at::native::gru(input, hx, params, has_biases, num_layers, dropout, train,
-                           bidirectional, batch_first);
+    return at::native::gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                           batch_first);
   }
   const int64_t directions = bidirectional ? 2 : 1;
   const std::vector<Tensor> h0 = hx.unbind(0);

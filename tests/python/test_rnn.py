@@ -264,8 +264,8 @@ def test_lstm_without_gradients_takes_the_cpu_route_too() -> None:
 @pytest.mark.skipif(not _cpu_route(), reason="the CPU route needs host memory and oneDNN")
 def test_lstm_dropout_between_layers_draws_on_infini() -> None:
     """Dropout between layers (training) is infini's own dropout, as the
-    CPU's route calls it: no layer output is zeroed wholesale, a seed
-    repeats the result, and evaluation has none."""
+    CPU's route calls it: the infini seed decides it (the same seed repeats
+    the result, another changes it), and evaluation has none."""
     torch.manual_seed(0)
     dev = nn.LSTM(5, 8, num_layers=2, dropout=0.5).to(DEVICE)
     x = make_cpu((6, 3, 5), torch.float32, seed=5).to(DEVICE)

@@ -324,15 +324,13 @@ Operand binaryKernel(const char* name, SeamOp op, const at::Tensor& out, const a
   }
   if (out.defined() && sameShapeAndDtype(out, self) && sameShapeAndDtype(out, other)) {
     // In place or out= over operands of out's shape and dtype, any strides
-    // (the gates of a recurrent cell are slices): nothing to promote,
-    // broadcast or allocate; TensorIterator's memory checks only.
+    // (the gates of a recurrent cell are slices): nothing to promote or
+    // broadcast; elementwiseOutput's memory checks only.
     requireKernel(name, op, out.scalar_type());
-    at::assert_no_internal_overlap(out);
-    at::assert_no_partial_overlap(out, self);
-    at::assert_no_partial_overlap(out, other);
+    Operand result = elementwiseOutput(out, {self, other});
     if (out.numel() > 0)
       launchBinary(op, toRef(out), toRef(self), toRef(other), alpha, streamOf(out));
-    return Operand::borrowed(out);
+    return result;
   }
   auto [a, b] = binaryOperands(name, op, self, other);
   if (out.defined()) {

@@ -68,6 +68,29 @@ const Tensor* layerWeights(at::TensorList params, int64_t index, bool has_biases
   return &params[static_cast<size_t>(index) * per_layer];
 }
 
+// The layer stack both routes share: each layer's directions run over the
+// previous layer's output ([steps, batch, features]; two directions'
+// outputs concatenated), with dropout between layers in training; the
+// output transposed back for batch_first. `direction(layer_input, index,
+// reverse)` runs direction `index` of the stack and returns its output.
+template <class Direction>
+Tensor stackLayers(Tensor layer_input, int64_t num_layers, bool bidirectional, double dropout,
+                   bool train, bool batch_first, Direction&& direction) {
+  const int64_t directions = bidirectional ? 2 : 1;
+  std::vector<Tensor> outputs;
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    outputs.clear();
+    for (int64_t d = 0; d < directions; ++d) {
+      outputs.push_back(direction(layer_input, layer * directions + d, /*reverse=*/d > 0));
+    }
+    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, -1);
+    if (dropout != 0 && train && layer < num_layers - 1) {
+      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
+    }
+  }
+  return batch_first ? layer_input.transpose(0, 1) : layer_input;
+}
+
 // ------------------------------------------------------------------ LSTM
 
 // The CPU's test for its oneDNN route (use_mkldnn in ATen's RNN.cpp):
@@ -88,34 +111,26 @@ std::tuple<Tensor, Tensor, Tensor> lstmByLayers(const Tensor& input, at::TensorL
                                                 at::TensorList params, bool has_biases,
                                                 int64_t num_layers, double dropout, bool train,
                                                 bool bidirectional, bool batch_first) {
-  const int64_t directions = bidirectional ? 2 : 1;
+  const int64_t stacked = num_layers * (bidirectional ? 2 : 1);
   const Tensor h0 = hx[0].contiguous();
   const Tensor c0 = hx[1].contiguous();
   const int64_t hidden_size = h0.size(2);
-  Tensor layer_input = (batch_first ? input.transpose(0, 1) : input).contiguous();
-  std::vector<Tensor> hy, cy, outputs;
-  for (int64_t layer = 0; layer < num_layers; ++layer) {
-    outputs.clear();
-    for (int64_t direction = 0; direction < directions; ++direction) {
-      const int64_t index = layer * directions + direction;
-      const Tensor* w = layerWeights(params, index, has_biases, num_layers * directions);
-      // Without biases the CPU passes zeros shaped as the weights (unread).
-      const Tensor b_ih = has_biases ? w[2] : at::zeros(w[0].sizes(), w[0].options());
-      const Tensor b_hh = has_biases ? w[3] : at::zeros(w[1].sizes(), w[1].options());
-      auto [output, h, c, workspace] = at::mkldnn_rnn_layer(
-          layer_input, w[0], w[1], b_ih, b_hh, h0[index], c0[index], /*reverse=*/direction > 0,
-          /*batch_sizes=*/{}, kOneDnnLstmMode, hidden_size, num_layers, has_biases, bidirectional,
-          batch_first, train);
-      outputs.push_back(std::move(output));
-      hy.push_back(std::move(h));
-      cy.push_back(std::move(c));
-    }
-    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, -1);
-    if (dropout != 0 && train && layer < num_layers - 1) {
-      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
-    }
-  }
-  Tensor output = batch_first ? layer_input.transpose(0, 1) : layer_input;
+  std::vector<Tensor> hy, cy;
+  Tensor output = stackLayers(
+      (batch_first ? input.transpose(0, 1) : input).contiguous(), num_layers, bidirectional,
+      dropout, train, batch_first, [&](const Tensor& layer_input, int64_t index, bool reverse) {
+        const Tensor* w = layerWeights(params, index, has_biases, stacked);
+        // Without biases the CPU passes zeros shaped as the weights (unread).
+        const Tensor b_ih = has_biases ? w[2] : at::zeros(w[0].sizes(), w[0].options());
+        const Tensor b_hh = has_biases ? w[3] : at::zeros(w[1].sizes(), w[1].options());
+        auto [out, h, c, workspace] =
+            at::mkldnn_rnn_layer(layer_input, w[0], w[1], b_ih, b_hh, h0[index], c0[index], reverse,
+                                 /*batch_sizes=*/{}, kOneDnnLstmMode, hidden_size, num_layers,
+                                 has_biases, bidirectional, batch_first, train);
+        hy.push_back(std::move(h));
+        cy.push_back(std::move(c));
+        return out;
+      });
   return {output, at::stack(hy, 0), at::stack(cy, 0)};
 }
 
@@ -176,27 +191,19 @@ std::tuple<Tensor, Tensor> gru(const Tensor& input, const Tensor& hx, at::Tensor
     return at::native::gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                            batch_first);
   }
-  const int64_t directions = bidirectional ? 2 : 1;
+  const int64_t stacked = num_layers * (bidirectional ? 2 : 1);
   const std::vector<Tensor> h0 = hx.unbind(0);
-  TORCH_CHECK(static_cast<int64_t>(h0.size()) == num_layers * directions,
+  TORCH_CHECK(static_cast<int64_t>(h0.size()) == stacked,
               "Expected more hidden states in stacked_rnn");
-  Tensor layer_input = batch_first ? input.transpose(0, 1) : input;
-  std::vector<Tensor> final_hidden, outputs;
-  for (int64_t layer = 0; layer < num_layers; ++layer) {
-    outputs.clear();
-    for (int64_t direction = 0; direction < directions; ++direction) {
-      const int64_t index = layer * directions + direction;
-      const Tensor* w = layerWeights(params, index, has_biases, num_layers * directions);
-      auto [output, hidden] = gruDirection(layer_input, h0[index], w, has_biases, direction > 0);
-      outputs.push_back(std::move(output));
-      final_hidden.push_back(std::move(hidden));
-    }
-    layer_input = directions == 1 ? outputs[0] : at::cat(outputs, outputs[0].dim() - 1);
-    if (dropout != 0 && train && layer < num_layers - 1) {
-      layer_input = at::dropout(layer_input, dropout, /*train=*/true);
-    }
-  }
-  Tensor output = batch_first ? layer_input.transpose(0, 1) : layer_input;
+  std::vector<Tensor> final_hidden;
+  Tensor output = stackLayers(
+      batch_first ? input.transpose(0, 1) : input, num_layers, bidirectional, dropout, train,
+      batch_first, [&](const Tensor& layer_input, int64_t index, bool reverse) {
+        const Tensor* w = layerWeights(params, index, has_biases, stacked);
+        auto [out, hidden] = gruDirection(layer_input, h0[index], w, has_biases, reverse);
+        final_hidden.push_back(std::move(hidden));
+        return out;
+      });
   return {output, at::stack(final_hidden, 0)};
 }
 

@@ -67,15 +67,22 @@ void checkCausalSoftmax(const at::Tensor& x) {
                   x.sym_sizes());
 }
 
+std::vector<int64_t> halvedLast(const at::Tensor& x) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() /= 2;
+  return sizes;
+}
+
 }  // namespace
 
 // The references, written into `out` (the result's shape, any dtype the
-// caller allocated: the input's). In a wide dtype (float32, float64) the
-// last operation writes `out` itself; otherwise the wide result is rounded
-// into it once, as .to() would. The CPU kernels allocate `out`; the host
-// provider passes the device tensor's own memory (no result to copy).
+// caller allocated: the input's), on arguments the caller checked (each
+// operator's CPU and infini kernels below). In a wide dtype (float32,
+// float64) the last operation writes `out` itself; otherwise the wide
+// result is rounded into it once, as .to() would. The CPU kernels allocate
+// `out`; the host provider passes the device tensor's own memory (no result
+// to copy).
 void siluAndMulInto(const at::Tensor& out, const at::Tensor& x) {
-  checkSiluAndMul(x);
   const int64_t h = x.size(-1) / 2;
   const c10::ScalarType w = wide(x.scalar_type());
   const at::Tensor gate = x.narrow(-1, 0, h).to(w);
@@ -88,7 +95,6 @@ void siluAndMulInto(const at::Tensor& out, const at::Tensor& x) {
 }
 
 void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x) {
-  checkCausalSoftmax(x);
   const int64_t s = x.size(-2);
   const int64_t t = x.size(-1);
   const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
@@ -106,7 +112,6 @@ void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x) {
 }
 
 void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor& gate) {
-  checkSwiglu(input, gate);
   const c10::ScalarType w = wide(input.scalar_type());
   if (out.scalar_type() == w) {
     at::mul_out(const_cast<at::Tensor&>(out), input.to(w), at::silu(gate.to(w)));
@@ -117,46 +122,27 @@ void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor
 
 namespace {
 
-// A new result of the input's sizes, as the Meta kernels describe it.
-at::Tensor resultLike(const at::Tensor& x, c10::IntArrayRef sizes) {
-  return at::empty(sizes, x.options());
-}
+// ---- CPU and Meta ------------------------------------------------------------
 
-at::Tensor siluAndMulReference(const at::Tensor& x) {
+at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
   checkSiluAndMul(x);
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() /= 2;
-  at::Tensor out = resultLike(x, sizes);
+  at::Tensor out = at::empty(halvedLast(x), x.options());
   siluAndMulInto(out, x);
   return out;
 }
 
-at::Tensor causalSoftmaxReference(const at::Tensor& x) {
+at::Tensor causal_softmax_cpu(const at::Tensor& x) {
   checkCausalSoftmax(x);
-  at::Tensor out = resultLike(x, x.sizes());
+  at::Tensor out = at::empty(x.sizes(), x.options());
   causalSoftmaxInto(out, x);
   return out;
 }
 
-at::Tensor swigluReference(const at::Tensor& input, const at::Tensor& gate) {
+at::Tensor swiglu_cpu(const at::Tensor& input, const at::Tensor& gate) {
   checkSwiglu(input, gate);
-  at::Tensor out = resultLike(input, input.sizes());
+  at::Tensor out = at::empty(input.sizes(), input.options());
   swigluInto(out, input, gate);
   return out;
-}
-
-// ---- CPU and Meta ------------------------------------------------------------
-
-at::Tensor silu_and_mul_cpu(const at::Tensor& x) { return siluAndMulReference(x); }
-at::Tensor causal_softmax_cpu(const at::Tensor& x) { return causalSoftmaxReference(x); }
-at::Tensor swiglu_cpu(const at::Tensor& input, const at::Tensor& gate) {
-  return swigluReference(input, gate);
-}
-
-std::vector<int64_t> halvedLast(const at::Tensor& x) {
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() /= 2;
-  return sizes;
 }
 
 // Meta kernels keep sizes symbolic (torch.compile(dynamic=True)).

@@ -160,7 +160,7 @@ cmake --install "$WORK/build-infinirt" >>"$BUILD_LOG" 2>&1
 step "InfiniRT built for NVIDIA"
 # The operators torch-infini wires through InfiniOps (native/ops/src/seam);
 # the library alone (InfiniOps' examples lag its runtime API at times).
-OPS="add;mul;gemm;relu;silu;sigmoid;gelu;softmax;rms_norm;cast;silu_and_mul;swiglu;causal_softmax;cat;rotary_embedding;fused_add_rms_norm"
+OPS="add;mul;gemm;relu;silu;sigmoid;gelu;softmax;rms_norm;cast;silu_and_mul;swiglu;causal_softmax;cat;rotary_embedding;fused_add_rms_norm;embedding;topk_softmax;reshape_and_cache_flash;paged_attention_infinilm;convolution"
 build infiniops infiniops -S "$INFINIOPS" -B "$WORK/build-infiniops" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DINFINI_RT_ROOT="$PREFIX" -DWITH_NVIDIA=ON -DWITH_TORCH=OFF \
   -DAUTO_DETECT_DEVICES=OFF -DGENERATE_OPERATOR_CALL_INSTANTIATIONS=ON -DINFINI_OPS_OPS="$OPS" \
@@ -222,6 +222,9 @@ TESTS=(
   tests/python/test_copy.py tests/python/test_streams_events.py tests/python/test_memory.py
   tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
   tests/python/test_fused_ops.py tests/python/test_fused_rms_norm_rotary.py
+  tests/python/test_ops_softmax.py tests/python/test_ops_embedding.py tests/python/test_ops_convolution.py
+  tests/python/test_paged_attention.py tests/python/test_fused_routing_sampling.py
+  tests/python/test_declared_support.py
   tests/python/test_compile.py tests/python/test_compiler_plugin.py tests/python/test_compiler_plugin_nvidia.py
 )
 timeout "${TEST_TIMEOUT:-300}" "$PYTHON" -m pytest -q -rfE --tb=short -n "${TEST_JOBS:-8}" -p no:cacheprovider \

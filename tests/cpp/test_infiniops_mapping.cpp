@@ -297,6 +297,124 @@ void fusedAddRmsNormInPlace() {
                                  "weight=none", "epsilon=" + infini::ops::describe(1e-6f)});
 }
 
+// The forward is a gather: InfiniOps' backward-only arguments stay at their
+// defaults (max_norm would renormalize the weight in place).
+void embeddingIsAGather() {
+  const TensorRef out = ref(0x100, ScalarType::BFloat16, {5, 8}, {8, 1});
+  const TensorRef weight = ref(0x200, ScalarType::BFloat16, {32, 8}, {16, 1});  // a column slice
+  const TensorRef indices = ref(0x300, ScalarType::Long, {5}, {1});
+  ops::launches = 0;
+  provider().embedding(out, weight, indices, stream());
+  expectCall("Embedding",
+             {"input=" + tensor(indices, kI64), "weight=" + tensor(weight, kBF16),
+              "padding_idx=none", "max_norm=none", "norm_type=2", "scale_grad_by_freq=false",
+              "sparse=false", "out=" + tensor(out, kBF16)});
+  CHECK(ops::launches == 0);  // a byte mover: the CPU's bits whatever the kernel
+  CHECK(provider().supports(SeamOp::Embedding, ScalarType::Half));
+  CHECK(!provider().supports(SeamOp::Embedding, ScalarType::Double));  // not in its list
+}
+
+void topkSoftmaxArgumentOrder() {
+  const TensorRef gating = ref(0x100, ScalarType::Half, {6, 16}, {16, 1});
+  const TensorRef weights = ref(0x200, ScalarType::Float, {6, 2}, {2, 1});
+  const TensorRef indices = ref(0x300, ScalarType::Int, {6, 2}, {2, 1});
+  const TensorRef token_expert = ref(0x400, ScalarType::Int, {6, 2}, {2, 1});
+  const TensorRef bias = ref(0x500, ScalarType::Float, {16}, {1});
+  const TensorRef padding = ref(0x600, ScalarType::Byte, {6}, {1});
+  constexpr auto kI32 = infini::rt::DataType::kInt32;
+  provider().topkSoftmax(weights, indices, token_expert, gating, &bias, &padding, true, stream());
+  expectCall("TopkSoftmax",
+             {"gating_output=" + tensor(gating, kF16), "bias=" + tensor(bias, kF32),
+              "is_padding=" + tensor(padding, infini::rt::DataType::kUInt8), "renormalize=true",
+              "topk_weights=" + tensor(weights, kF32), "topk_indices=" + tensor(indices, kI32),
+              "token_expert_indices=" + tensor(token_expert, kI32)});
+  provider().topkSoftmax(weights, indices, token_expert, gating, nullptr, nullptr, false, stream());
+  expectCall(
+      "TopkSoftmax",
+      {"gating_output=" + tensor(gating, kF16), "bias=none", "is_padding=none", "renormalize=false",
+       "topk_weights=" + tensor(weights, kF32), "topk_indices=" + tensor(indices, kI32),
+       "token_expert_indices=" + tensor(token_expert, kI32)});
+  CHECK(provider().supports(SeamOp::TopkSoftmax, ScalarType::BFloat16));
+}
+
+// Unquantized caches: the scales are one float32 1.0 on the key's device,
+// kv_cache_dtype "auto".
+void reshapeAndCacheFlashWritesTheCaches() {
+  const TensorRef key = ref(0x100, ScalarType::Half, {3, 2, 8}, {32, 8, 1});
+  const TensorRef value = ref(0x200, ScalarType::Half, {3, 2, 8}, {16, 8, 1});
+  const TensorRef key_cache = ref(0x300, ScalarType::Half, {4, 16, 2, 8}, {256, 16, 8, 1});
+  const TensorRef value_cache = ref(0x400, ScalarType::Half, {4, 16, 2, 8}, {256, 16, 8, 1});
+  const TensorRef slots = ref(0x500, ScalarType::Long, {3}, {1});
+  ops::launches = 0;
+  provider().reshapeAndCacheFlash(key, value, key_cache, value_cache, slots, stream());
+  CHECK(recordedCalls().size() == 1);
+  const std::vector<std::string> args = recordedCalls().front().args;
+  CHECK(args.size() == 8);
+  // The scale: whatever address the provider keeps it at, on device 1.
+  const std::string scale = args[3].substr(std::string("k_scale=").size());
+  CHECK(scale.find(" dtype" + std::to_string(static_cast<int>(kF32)) + " [1] [1] dev") !=
+        std::string::npos);
+  CHECK(scale.ends_with(":1"));
+  float one = 0;
+  std::memcpy(&one, reinterpret_cast<void*>(std::stoull(scale, nullptr, 16)), sizeof(one));
+  CHECK(one == 1.0f);
+  expectCall("ReshapeAndCacheFlash",
+             {"key=" + tensor(key, kF16), "value=" + tensor(value, kF16),
+              "slot_mapping=" + tensor(slots, kI64), "k_scale=" + scale, "v_scale=" + scale,
+              "kv_cache_dtype=\"auto\"", "key_cache=" + tensor(key_cache, kF16),
+              "value_cache=" + tensor(value_cache, kF16)});
+  CHECK(ops::launches == 0);  // a byte mover
+  CHECK(provider().supports(SeamOp::ReshapeAndCacheFlash, ScalarType::Float));
+}
+
+void pagedAttentionArgumentOrder() {
+  const TensorRef out = ref(0x100, ScalarType::BFloat16, {2, 4, 64}, {256, 64, 1});
+  const TensorRef q = ref(0x200, ScalarType::BFloat16, {2, 4, 64}, {512, 64, 1});
+  const TensorRef kc = ref(0x300, ScalarType::BFloat16, {5, 2, 16, 64}, {2048, 1024, 64, 1});
+  const TensorRef vc = ref(0x400, ScalarType::BFloat16, {5, 2, 16, 64}, {2048, 1024, 64, 1});
+  const TensorRef tables = ref(0x500, ScalarType::Int, {2, 3}, {3, 1});
+  const TensorRef lens = ref(0x600, ScalarType::Int, {2}, {1});
+  const TensorRef alibi = ref(0x700, ScalarType::Float, {4}, {1});
+  constexpr auto kI32 = infini::rt::DataType::kInt32;
+  ops::launches = 0;
+  provider().pagedAttention(out, q, kc, vc, tables, lens, &alibi, 0.125f, stream());
+  expectCall("PagedAttentionInfinilm",
+             {"q=" + tensor(q, kBF16), "k_cache=" + tensor(kc, kBF16),
+              "v_cache=" + tensor(vc, kBF16), "block_tables=" + tensor(tables, kI32),
+              "seq_lens=" + tensor(lens, kI32), "alibi_slopes=" + tensor(alibi, kF32),
+              "scale=" + infini::ops::describe(0.125f), "out=" + tensor(out, kBF16)});
+  provider().pagedAttention(out, q, kc, vc, tables, lens, nullptr, 0.125f, stream());
+  expectCall(
+      "PagedAttentionInfinilm",
+      {"q=" + tensor(q, kBF16), "k_cache=" + tensor(kc, kBF16), "v_cache=" + tensor(vc, kBF16),
+       "block_tables=" + tensor(tables, kI32), "seq_lens=" + tensor(lens, kI32),
+       "alibi_slopes=none", "scale=" + infini::ops::describe(0.125f), "out=" + tensor(out, kBF16)});
+  CHECK(ops::launches == 2);
+  CHECK(provider().supports(SeamOp::PagedAttention, ScalarType::Half));
+  CHECK(!provider().supports(SeamOp::PagedAttention, ScalarType::Float));  // not in its list
+}
+
+void convolutionIsNotTransposed() {
+  const TensorRef out = ref(0x100, ScalarType::Half, {2, 6, 5, 5}, {150, 1, 30, 6});
+  const TensorRef input = ref(0x200, ScalarType::Half, {2, 4, 7, 7}, {196, 49, 7, 1});
+  const TensorRef weight = ref(0x300, ScalarType::Half, {6, 2, 3, 3}, {18, 9, 3, 1});
+  const TensorRef bias = ref(0x400, ScalarType::Half, {6}, {1});
+  ops::launches = 0;
+  provider().convolution(out, input, weight, &bias, {1, 2}, {0, 1}, {1, 1}, 2, stream());
+  expectCall("Convolution",
+             {"input=" + tensor(input, kF16), "weight=" + tensor(weight, kF16),
+              "bias=" + tensor(bias, kF16), "stride=[1,2]", "padding=[0,1]", "dilation=[1,1]",
+              "transposed=false", "output_padding=[0,0]", "groups=2", "out=" + tensor(out, kF16)});
+  provider().convolution(out, input, weight, nullptr, {1}, {0}, {2}, 1, stream());
+  expectCall("Convolution",
+             {"input=" + tensor(input, kF16), "weight=" + tensor(weight, kF16), "bias=none",
+              "stride=[1]", "padding=[0]", "dilation=[2]", "transposed=false", "output_padding=[0]",
+              "groups=1", "out=" + tensor(out, kF16)});
+  CHECK(ops::launches == 2);
+  CHECK(provider().supports(SeamOp::Convolution, ScalarType::Float));
+  CHECK(!provider().supports(SeamOp::Convolution, ScalarType::Double));
+}
+
 void copyAndCat() {
   const TensorRef dst = ref(0x100, ScalarType::Float, {2, 3}, {3, 1});
   const TensorRef src = ref(0x200, ScalarType::Half, {2, 3}, {1, 2});
@@ -347,6 +465,11 @@ int main() {
       {"silu_and_mul and swiglu", fusedActivations},
       {"rotary_embedding's argument order", rotaryEmbeddingArgumentOrder},
       {"fused_add_rms_norm in place", fusedAddRmsNormInPlace},
+      {"embedding is a gather", embeddingIsAGather},
+      {"topk_softmax's argument order", topkSoftmaxArgumentOrder},
+      {"reshape_and_cache_flash writes the caches", reshapeAndCacheFlashWritesTheCaches},
+      {"paged_attention's argument order", pagedAttentionArgumentOrder},
+      {"convolution is not transposed", convolutionIsNotTransposed},
       {"copy through Cast, and cat", copyAndCat},
       {"what InfiniOps lacks raises", whatInfiniOpsLacksRaises},
   });

@@ -153,6 +153,16 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "infini::rotary_embedding_functional": REDUCED_DTYPES + (torch.float32,),
     # InfiniOps' fused_add_rms_norm takes float32 and the half types
     "infini::fused_add_rms_norm": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' embedding takes float32 and half-type weights
+    "embedding": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' topk_softmax takes float32 and half-type gating outputs
+    "infini::topk_softmax": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' reshape_and_cache_flash writes float32 and half-type caches
+    "infini::reshape_and_cache_flash": REDUCED_DTYPES + (torch.float32,),
+    # InfiniOps' paged attention takes the half types only
+    "infini::paged_attention": REDUCED_DTYPES,
+    # InfiniOps' convolution takes float32 and the half types (accumulating in float)
+    "convolution": REDUCED_DTYPES + (torch.float32,),
 }
 
 # InfiniOps implements these on accelerators only: host serves them (in
@@ -165,6 +175,11 @@ _NONE_ON_INFINIRT_CPU = frozenset(
         "infini::rotary_embedding",
         "infini::rotary_embedding_functional",
         "infini::fused_add_rms_norm",
+        "embedding",
+        "infini::topk_softmax",
+        "infini::reshape_and_cache_flash",
+        "infini::paged_attention",
+        "convolution",
     }
 )
 

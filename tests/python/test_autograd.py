@@ -90,6 +90,29 @@ CASES: dict[str, GradCase] = {
     ),
     "reshape (alias)": GradCase("aten::_reshape_alias", lambda a: a.t().reshape(2, 6), [(3, 4)]),
     "to infini": GradCase("aten::_copy_from", lambda a: a.to("infini").cpu(), [(3, 4)]),
+    # Repeated rows and the padding row (its gradient stays zero).
+    "embedding": GradCase(
+        "aten::embedding",
+        lambda w: F.embedding(torch.tensor([[1, 0, 3], [3, 4, 1]], device=w.device), w, 0),
+        [(5, 4)],
+    ),
+    "conv2d": GradCase(
+        "aten::convolution",
+        lambda x, w, b: F.conv2d(x, w, b, stride=(1, 2), padding=1, groups=2),
+        [(2, 4, 5, 6), (6, 2, 3, 3), (6,)],
+    ),
+    "_convolution (conv1d, dilated)": GradCase(
+        "aten::_convolution",
+        lambda x, w: torch._convolution(
+            x, w, None, [1], [2], [2], False, [0], 1, False, False, True, True
+        ),
+        [(2, 3, 7), (4, 3, 3)],
+    ),
+    "topk_softmax": GradCase(
+        "infini::topk_softmax",
+        lambda g: torch.ops.infini.topk_softmax(g, 2, True)[0],
+        [(4, 6)],
+    ),
     "silu_and_mul": GradCase("infini::silu_and_mul", torch.ops.infini.silu_and_mul, [(3, 8)]),
     "swiglu": GradCase("infini::swiglu", torch.ops.infini.swiglu, [(3, 4), (3, 4)]),
     # On infini InfiniOps' rms_norm kernel (host: another multiplication
@@ -205,6 +228,10 @@ NOT_DIFFERENTIABLE: dict[str, str] = {
     "infini::fused_add_rms_norm": "overwrites input and residual in place and refuses a "
     "gradient (test_fused_rms_norm_rotary.py checks the refusal, and the gradients of its "
     "differentiable form, add_rms_norm)",
+    "infini::reshape_and_cache_flash": "writes a KV cache in place for inference and refuses "
+    "a gradient (test_paged_attention.py checks the refusal)",
+    "infini::paged_attention": "a decode (inference) kernel that refuses a gradient "
+    "(test_paged_attention.py checks the refusal; training uses scaled_dot_product_attention)",
     "aten::multinomial": "integer samples",
     "aten::multinomial.out": "out= variant",
     "aten::bernoulli.out": "out= variant",

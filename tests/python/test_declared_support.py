@@ -80,7 +80,41 @@ CALLS: dict[str, tuple[str, Call]] = {
     "cat": ("cat", lambda dt, d: torch.cat([_t((2, 3), dt, d, 1), _t((1, 3), dt, d, 2)])),
     "rotary_embedding": ("infini::rotary_embedding", lambda dt, d: _rotated(dt, d)),
     "fused_add_rms_norm": ("infini::fused_add_rms_norm", lambda dt, d: _normed(dt, d)),
+    "embedding": (
+        "embedding",
+        lambda dt, d: torch.embedding(_t((10, 4), dt, d, 1), torch.tensor([[1, 9], [0, 1]]).to(d)),
+    ),
+    "topk_softmax": (
+        "infini::topk_softmax",
+        lambda dt, d: torch_infini.ops.topk_softmax(_t((4, 8), dt, d, 1), 2, True)[0],
+    ),
+    "reshape_and_cache_flash": ("infini::reshape_and_cache_flash", lambda dt, d: _cached(dt, d)),
+    "paged_attention": ("infini::paged_attention", lambda dt, d: _attended(dt, d)),
+    "convolution": (
+        "convolution",
+        lambda dt, d: F.conv2d(_t((2, 3, 6, 6), dt, d, 1), _t((4, 3, 3, 3), dt, d, 2), padding=1),
+    ),
 }
+
+
+def _cached(dtype: torch.dtype, device: str) -> torch.Tensor:
+    """reshape_and_cache_flash of 3 tokens into [4, 2, 2, 8] caches (one
+    padding slot); returns the key cache."""
+    key, value = _t((3, 2, 8), dtype, device, 1), _t((3, 2, 8), dtype, device, 2)
+    key_cache, value_cache = _t((4, 2, 2, 8), dtype, device, 3), _t((4, 2, 2, 8), dtype, device, 4)
+    slots = torch.tensor([5, -1, 0]).to(device)
+    torch_infini.ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slots)
+    return key_cache
+
+
+def _attended(dtype: torch.dtype, device: str) -> torch.Tensor:
+    """paged_attention of 2 sequences (3 and 6 tokens), 4 query heads on 2
+    kv heads of size 64, blocks of 4."""
+    query = (make_cpu((2, 4, 64), dtype, seed=1) / 8).to(device)
+    caches = _t((2, 5, 2, 4, 64), dtype, device, 2)
+    tables = torch.tensor([[3, 0], [1, 4]], dtype=torch.int32).to(device)
+    lengths = torch.tensor([3, 6], dtype=torch.int32).to(device)
+    return torch_infini.ops.paged_attention(query, caches[0], caches[1], tables, lengths, 0.125)
 
 
 def _normed(dtype: torch.dtype, device: str) -> torch.Tensor:

@@ -3,10 +3,11 @@
 The oracles are stock PyTorch (here and in fused_oracles.py), never the
 operators' own C++ reference.
 
-topk_softmax: the CPU implementation and infini (the CPU fallback) each
-against the definition (InfiniOps' kernel in plain PyTorch), in float16,
-bfloat16 and float32; gradients of the weights, in each dtype, against
-PyTorch's autograd through the definition.
+topk_softmax: the CPU implementation and infini (the seam's TopkSoftmax
+where the backend serves the dtype, else the CPU fallback) each against the
+definition (InfiniOps' kernel in plain PyTorch), in float16, bfloat16 and
+float32; gradients of the weights, in each dtype, against PyTorch's autograd
+through the definition.
 
 top_k_top_p_sample: which tokens can come out (top-k, top-p, both, the
 edge values), the frequencies against the kept softmax (a chi-square
@@ -23,7 +24,7 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import raises_exactly
-from op_helpers import make_cpu
+from op_helpers import assert_matches, expect_kernel, kernel_dtypes, make_cpu
 from torch_infini import ops
 
 DEVICE = torch.device("infini", 0)
@@ -114,6 +115,38 @@ def test_topk_softmax_padding_and_gradients(dtype: torch.dtype) -> None:
         assert torch.equal(ic.cpu(), want_i)
         assert c.grad is not None and c.grad.device.type == "infini"
         torch.testing.assert_close(c.grad.cpu(), want.grad)
+
+
+@pytest.mark.parametrize("dtype", ROUTING_DTYPES, ids=str)
+def test_topk_softmax_runs_natively_where_the_backend_serves_it(dtype: torch.dtype) -> None:
+    """A served dtype runs with the fallback off (expect_kernel; an unserved
+    one is refused naming the dtype and the provider), with a bias, padding
+    tokens given as bool or uint8, renormalized, and with no token at all:
+    ids and token_expert_indices bit for bit, the weights the CPU's (host
+    runs the CPU's kernels: bit for bit) and the definition's."""
+    g = make_cpu((7, 16), dtype, seed=5)
+    bias = make_cpu((16,), torch.float32, seed=6) * 0.01
+    padding = torch.tensor([False, True, False, False, True, False, False])
+    for pad in (padding, padding.to(torch.uint8)):
+        want = fused_oracles.topk_softmax(g, 4, True, bias, pad)
+        cpu = ops.topk_softmax(g, 4, True, bias, pad)
+        with expect_kernel("infini::topk_softmax", dtype):
+            torch_infini.cpu_fallback.reset_stats()
+            w, i, t = ops.topk_softmax(g.to(DEVICE), 4, True, bias.to(DEVICE), pad.to(DEVICE))
+            assert torch_infini.cpu_fallback.stats() == {}
+            assert_matches(w, cpu[0], check_stride=True)
+            torch.testing.assert_close(w.cpu(), want[0], rtol=1.3e-6, atol=1e-7)
+            assert_matches(i, want[1], exact=True, check_stride=True)
+            assert_matches(t, want[2], exact=True, check_stride=True)
+    with expect_kernel("infini::topk_softmax", dtype):
+        empty = ops.topk_softmax(g[:0].to(DEVICE), 2)
+        assert [tuple(e.shape) for e in empty] == [(0, 2)] * 3
+
+
+def test_topk_softmax_declared_dtypes_are_the_kernels() -> None:
+    assert set(torch_infini.supported_dtypes("infini::topk_softmax")) == set(
+        kernel_dtypes("infini::topk_softmax")
+    )
 
 
 def test_topk_softmax_bad_input() -> None:

@@ -3,9 +3,13 @@
 The oracle is written here in stock PyTorch, token by token, independently
 of the C++ reference: slots written one at a time; attention per sequence
 and head in float64 with vLLM's 1e-6 in the denominator, rounded once to the
-dtype. The operators run on CPU tensors (the reference) and on infini (the
-CPU fallback: InfiniOps has them for CUDA-like device types only), and each
-result is compared with the oracle, in every floating dtype.
+dtype. The operators run on CPU tensors (the reference) and on infini, and
+each result is compared with the oracle, in every floating dtype. On infini
+they are seam operators where the backend serves the dtype and the kernel
+takes the call (host: the references on the device memory, in InfiniOps'
+dtypes; the attention with head_size 64 or 128): that path runs with the
+fallback off, and what the kernels do not take (other head sizes, strided
+caches, block ids out of range) is refused to the CPU fallback.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import raises_exactly
-from op_helpers import DEVICE, make_cpu
+from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu
 
 ops = torch_infini.ops
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -134,6 +138,132 @@ def test_reshape_and_cache_flash_writes_the_slots(dtype: torch.dtype) -> None:
             key.to(DEVICE), value.to(DEVICE), dev_k, dev_v, slots.int().to(DEVICE)
         )
     assert torch.equal(dev_k.cpu(), want_k) and torch.equal(dev_v.cpu(), want_v)
+
+
+def _decode_problem(dtype: torch.dtype, head_size: int, alibi: bool) -> dict:
+    """The kernel's shapes: 8 query heads on 2 kv heads, blocks of 16, int64
+    tables and lengths, one sequence without tokens."""
+    gen = torch.Generator().manual_seed(head_size)
+    blocks, block_size, heads, kv_heads = 9, 16, 8, 2
+    seq_lens = torch.tensor([17, 0, 40, 1])
+    tables = torch.stack([torch.randperm(blocks, generator=gen)[:3] for _ in seq_lens])
+    cache = (blocks, kv_heads, block_size, head_size)
+    return {
+        "query": torch.randn(4, heads, head_size, generator=gen).to(dtype),
+        "key_cache": (torch.randn(cache, generator=gen) / 4).to(dtype),
+        "value_cache": torch.randn(cache, generator=gen).to(dtype),
+        "block_tables": tables,
+        "seq_lens": seq_lens,
+        "scale": head_size**-0.5,
+        "alibi_slopes": torch.linspace(0.5, 0.01, heads) if alibi else None,
+    }
+
+
+@pytest.mark.parametrize("alibi", [False, True], ids=["no alibi", "alibi"])
+@pytest.mark.parametrize("head_size", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_paged_attention_runs_natively_where_the_backend_serves_it(
+    dtype: torch.dtype, head_size: int, alibi: bool
+) -> None:
+    """With the fallback off where the backend serves the dtype (expect_kernel;
+    elsewhere the refusal names the dtype and provider): the oracle's values
+    (host: the CPU's bits), and zeros for the sequence without tokens, in
+    memory that held other values before."""
+    problem = _decode_problem(dtype, head_size, alibi)
+    want, cpu = _expected(problem), ops.paged_attention(**problem)
+    on_device = _on(DEVICE, problem)
+    with expect_kernel("infini::paged_attention", dtype):
+        junk = torch.full((4, 8, head_size), 7.0, dtype=dtype, device=DEVICE)
+        del junk  # its block is the result's next: an unwritten row would show 7
+        torch_infini.cpu_fallback.reset_stats()
+        got = ops.paged_attention(**on_device)
+        assert torch_infini.cpu_fallback.stats() == {}
+        assert_matches(got, cpu, check_stride=True)
+        _assert_attention(got, want)
+        assert torch.equal(got[1].cpu(), torch.zeros_like(cpu[1]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reshape_and_cache_flash_runs_natively_where_the_backend_serves_it(
+    dtype: torch.dtype,
+) -> None:
+    """A key strided in head_size (copied for the kernel), int32 slots with a
+    padding token and more key rows than slots: the caches written bit for
+    bit, with the fallback off where served."""
+    key = make_cpu((7, 2, 16), dtype, seed=11)[..., ::2]
+    value = make_cpu((7, 2, 8), dtype, seed=12)
+    slots = torch.tensor([9, -1, 0, 19, 4, 10], dtype=torch.int32)
+    caches = [make_cpu((5, 4, 2, 8), dtype, seed=13 + i) for i in range(2)]
+    want = [_naive_cache(key, caches[0], slots), _naive_cache(value, caches[1], slots)]
+    key_dev = make_cpu((7, 2, 16), dtype, seed=11).to(DEVICE)[..., ::2]
+    with expect_kernel("infini::reshape_and_cache_flash", dtype):
+        dev = [c.to(DEVICE) for c in caches]
+        torch_infini.cpu_fallback.reset_stats()
+        ops.reshape_and_cache_flash(key_dev, value.to(DEVICE), dev[0], dev[1], slots.to(DEVICE))
+        assert torch_infini.cpu_fallback.stats() == {}
+        assert_matches(dev[0], want[0], exact=True)
+        assert_matches(dev[1], want[1], exact=True)
+
+
+@pytest.mark.parametrize(
+    "case", ["head_size 8", "strided cache", "negative block id", "block id past the cache"]
+)
+def test_calls_the_kernels_do_not_take_run_in_the_fallback(case: str) -> None:
+    """Refused with the reason under the fallback off, and with it on the
+    reference's result (a negative block id counts from the end, as ATen's
+    indexing does), nothing written before the refusal."""
+    if torch.float16 not in torch_infini.supported_dtypes("infini::paged_attention"):
+        pytest.skip("the backend serves no float16 paged_attention: every call falls back")
+    problem = _decode_problem(torch.float16, 64, False)
+    reason = {
+        "head_size 8": "head_size 64 or 128",
+        "strided cache": "unit stride in head_size",
+        "negative block id": "reads block -1",
+        "block id past the cache": "reads block 9 of 9",
+    }[case]
+    if case == "head_size 8":
+        problem = _problem(torch.float16)
+    elif case == "strided cache":
+        wide = torch.cat([problem["key_cache"]] * 2, -1)
+        problem["key_cache"] = wide[..., ::2].copy_(problem["key_cache"])
+    else:
+        tables = problem["block_tables"].clone()
+        tables[2, 1] = -1 if case == "negative block id" else 9
+        problem["block_tables"] = tables
+    on_device = _on(DEVICE, problem)
+    if case == "strided cache":
+        on_device["key_cache"] = torch.cat([on_device["key_cache"]] * 2, -1)[..., ::2]
+        on_device["key_cache"].copy_(problem["key_cache"])
+    if case == "block id past the cache":
+        with raises_exactly(IndexError, match="out of bounds"):
+            ops.paged_attention(**problem)
+    else:
+        want = ops.paged_attention(**problem)
+    with torch_infini.cpu_fallback.strict(), raises_exactly(NotImplementedError, match=reason):
+        ops.paged_attention(**on_device)
+    with torch_infini.cpu_fallback.allowed("silent"):
+        if case == "block id past the cache":
+            with raises_exactly(IndexError, match="out of bounds"):
+                ops.paged_attention(**on_device)
+        else:
+            assert_matches(ops.paged_attention(**on_device), want, exact=True)
+
+
+def test_reshape_and_cache_flash_refuses_a_strided_cache() -> None:
+    if torch.float32 not in torch_infini.supported_dtypes("infini::reshape_and_cache_flash"):
+        pytest.skip("the backend serves no float32 reshape_and_cache_flash: every call falls back")
+    key = make_cpu((2, 2, 8), torch.float32, seed=14)
+    cache = torch.zeros(3, 4, 2, 16, device=DEVICE)[..., ::2]
+    slots = torch.tensor([1, 5], device=DEVICE)
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(NotImplementedError, match="unit stride in head_size"),
+    ):
+        ops.reshape_and_cache_flash(key.to(DEVICE), key.to(DEVICE), cache, cache.clone(), slots)
+    assert torch.equal(cache.cpu(), torch.zeros(3, 4, 2, 8))  # nothing written
+    with torch_infini.cpu_fallback.allowed("silent"):
+        ops.reshape_and_cache_flash(key.to(DEVICE), key.to(DEVICE), cache, cache.clone(), slots)
+    assert torch.equal(cache.cpu()[0, 1], key[0]) and torch.equal(cache.cpu()[1, 1], key[1])
 
 
 def test_a_decode_loop_over_the_paged_cache_is_dense_attention() -> None:

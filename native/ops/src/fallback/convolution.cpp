@@ -1,5 +1,7 @@
-// Convolutions run in the CPU fallback (fallback.cpp, "routed" operators),
-// with their results in the layout PyTorch predicts for infini.
+// Convolutions in the CPU fallback (cpu_fallback.cpp, "routed" operators:
+// the backward; the forward where the seam's kernel refuses it,
+// aten/convolution.cpp), with their results in the layout PyTorch predicts
+// for infini.
 //
 // The CPU's kernel (oneDNN) gives a channels-last result when the input OR
 // the weight is channels-last; PyTorch's fake tensors, which torch.compile
@@ -16,6 +18,7 @@
 
 #include <optional>
 
+#include "fallback/convolution.h"
 #include "fallback/refusal.h"
 
 namespace torch_infini::ops {
@@ -63,14 +66,6 @@ void toFormat(c10::IValue& value, at::MemoryFormat format) {
   value = t.contiguous(format);
 }
 
-// aten::convolution and aten::_convolution: input at 0.
-void convolution(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t begin = stack->size() - op.schema().arguments().size();
-  const at::MemoryFormat format = predictedFormat(*stack, begin, /*backward=*/false);
-  runInCpuFallback(op, stack);
-  toFormat(stack->back(), format);
-}
-
 // aten::convolution_backward: grad_output at 0, input at 1; grad_input and
 // grad_weight take the predicted format, grad_bias none.
 void convolutionBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -83,10 +78,19 @@ void convolutionBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&convolution>());
-  m.impl("_convolution", torch::CppFunction::makeFromBoxedFunction<&convolution>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&convolutionBackward>());
 }
 
 }  // namespace
+
+at::MemoryFormat predictedConvolutionFormat(const torch::jit::Stack& stack, size_t first) {
+  return predictedFormat(stack, first, /*backward=*/false);
+}
+
+void refusedConvolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                at::MemoryFormat format) {
+  refusedKernelFallback(op, stack);
+  toFormat(stack->back(), format);
+}
+
 }  // namespace torch_infini::ops

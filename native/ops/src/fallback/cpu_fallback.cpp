@@ -382,7 +382,8 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    differently. Found in the dispatcher, so a new PyTorch brings its own.
 // 2. Convolutions: PyTorch sends a backend outside its list (CPU, CUDA,
 //    MKLDNN, ...) to convolution_overrideable; the CPU's convolution runs
-//    instead, and autograd's convolution_backward with it.
+//    instead (where the seam's kernel refuses the forward,
+//    aten/convolution.cpp), and autograd's convolution_backward with it.
 // 3. Losses whose functional form other backends get as "allocate the
 //    result, then call .out", while the CPU's .out kernel builds an
 //    elementwise iterator over that (reduced) result: it resizes it and
@@ -406,8 +407,9 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    takes one device), each call accepting or raising as it does there.
 namespace {
 
-constexpr const char* kConvolutions[] = {"aten::convolution", "aten::_convolution",
-                                         "aten::convolution_backward"};
+// The forward (aten::convolution, aten::_convolution) is the seam's kernel,
+// which hands its refusals to fallback/convolution.cpp.
+constexpr const char* kConvolutions[] = {"aten::convolution_backward"};
 constexpr const char* kResizingOutLosses[] = {"aten::mse_loss", "aten::smooth_l1_loss"};
 
 bool hasInfiniKernel(const std::string& name) {
@@ -537,8 +539,7 @@ const std::vector<std::string>& routedOperators() {
     for (const char* name : kResizingOutLosses)
       if (!hasInfiniKernel(name)) found.emplace_back(name);
     for (std::string& name : atenOperatorsWhere([](const c10::OperatorHandle& op) {
-           return (cpuKernelIsBypassed(op) || isForeach(op)) &&
-                  !hasInfiniKernel(qualifiedName(op));
+           return (cpuKernelIsBypassed(op) || isForeach(op)) && !hasInfiniKernel(qualifiedName(op));
          })) {
       found.push_back(std::move(name));
     }

@@ -12,12 +12,15 @@
 //
 // Differentiable in gating_output through the weights (softmax's backward,
 // or the backward of the softmax over the chosen experts with renormalize);
-// the choice itself has no gradient. InfiniOps implements it for CUDA-like
-// device types only: on infini it runs in the CPU fallback.
+// the choice itself has no gradient. On infini it is the seam's TopkSoftmax
+// (InfiniOps' kernel on its CUDA-like device types; host: this reference on
+// the device memory).
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "aten/bridge.h"
@@ -96,6 +99,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_meta(
           at::empty({gating.size(0), topk}, options.dtype(at::kInt))};
 }
 
+// The seam's TopkSoftmax: what the kernel does not take (a dtype its
+// provider lacks, sizes past int32 indexing) runs in the CPU fallback.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_infini(
+    const at::Tensor& gating, int64_t topk, bool renormalize, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& is_padding) {
+  checkTopkSoftmax(gating, topk, bias, is_padding);
+  requireKernel(kName, SeamOp::TopkSoftmax, gating.scalar_type());
+  const int64_t tokens = gating.size(0);
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  TORCH_CHECK_NOT_IMPLEMENTED(gating.size(1) <= kInt32Max && tokens <= kInt32Max / topk, kName,
+                              ": the kernel indexes in int32, got gating_output ", gating.sizes(),
+                              " and topk ", topk);
+  const auto options = gating.options();
+  at::Tensor weights = at::empty({tokens, topk}, options.dtype(at::kFloat));
+  at::Tensor indices = at::empty({tokens, topk}, options.dtype(at::kInt));
+  at::Tensor token_expert = at::empty({tokens, topk}, options.dtype(at::kInt));
+  if (tokens == 0) return {weights, indices, token_expert};
+  const at::Tensor g = gating.contiguous();
+  const bool has_bias = bias.has_value() && bias->defined();
+  const at::Tensor b = has_bias ? bias->contiguous() : at::Tensor();
+  const bool has_padding = is_padding.has_value() && is_padding->defined();
+  // The kernel reads one byte per token, nonzero for padding: a bool
+  // tensor's bytes as they are.
+  const at::Tensor p = has_padding ? is_padding->contiguous().view(at::kByte) : at::Tensor();
+  const TensorRef bias_ref = has_bias ? toRef(b) : TensorRef{};
+  const TensorRef padding_ref = has_padding ? toRef(p) : TensorRef{};
+  selectedKernelProvider().topkSoftmax(
+      toRef(weights), toRef(indices), toRef(token_expert), toRef(g), has_bias ? &bias_ref : nullptr,
+      has_padding ? &padding_ref : nullptr, renormalize, streamOf(weights));
+  return {weights, indices, token_expert};
+}
+
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_autograd(
@@ -109,6 +144,8 @@ struct TopkSoftmax {
   static constexpr auto cpu = &topk_softmax_cpu;
   static constexpr auto meta = &topk_softmax_meta;
   static constexpr auto autograd = &topk_softmax_autograd;
+  static constexpr auto infini = &topk_softmax_infini;
+  static constexpr SeamOp seam = SeamOp::TopkSoftmax;
 };
 
 // ---- autograd --------------------------------------------------------------------------

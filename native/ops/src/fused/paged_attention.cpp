@@ -19,10 +19,16 @@
 // (the 1e-6 is vLLM's and InfiniOps'). A sequence of length 0 gets zeros.
 //
 // Both are inference operators: with a gradient required they raise.
-// InfiniOps implements them for CUDA-like device types only (NVIDIA,
-// Iluvatar, MetaX, Moore; float16/bfloat16, head_size 64 or 128 for the
-// attention); its CPU build has none, so neither has `host`: on infini they
-// run in the CPU fallback, their CPU reference below in place.
+// On infini they are the seam's ReshapeAndCacheFlash and PagedAttention:
+// InfiniOps' kernels on its CUDA-like device types (the writer also on
+// Cambricon; float32/float16/bfloat16, the attention float16/bfloat16 with
+// head_size 64 or 128), host runs the references below on the device
+// memory in those dtypes; the rest runs in the CPU fallback. InfiniOps'
+// kernels index memory with the slots, lengths and block ids unchecked, so
+// the infini kernels read those (a few integers) on the host first: a slot
+// or length out of range raises the reference's error, a block id out of
+// range goes to the reference in the fallback (which counts a negative one
+// from the end, as ATen's indexing does).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
@@ -179,6 +185,101 @@ at::Tensor paged_attention_meta(const at::Tensor& query, const at::Tensor& key_c
   return at::empty_like(query, at::MemoryFormat::Contiguous);
 }
 
+// ---- the infini kernels (the seam) --------------------------------------------------
+
+// `t` (integers, any device) as int64 on the host: what the checks read.
+at::Tensor onHost(const at::Tensor& t) { return t.to(at::kCPU).to(at::kLong).contiguous(); }
+
+// A unit stride in the last dimension (or a last dimension of one element).
+bool unitLast(const at::Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; }
+
+void reshape_and_cache_flash_infini(const at::Tensor& key, const at::Tensor& value,
+                                    at::Tensor& key_cache, at::Tensor& value_cache,
+                                    const at::Tensor& slot_mapping) {
+  checkCache(key, value, key_cache, value_cache, slot_mapping);
+  for (const at::Tensor* t :
+       std::initializer_list<const at::Tensor*>{&value, &key_cache, &value_cache, &slot_mapping})
+    checkSameDevice(key, *t);
+  requireKernel(kCache, SeamOp::ReshapeAndCacheFlash, key.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(unitLast(key_cache) && unitLast(value_cache), kCache,
+                              ": the kernel writes caches with a unit stride in head_size, got "
+                              "strides ",
+                              key_cache.strides(), " and ", value_cache.strides());
+  const int64_t tokens = slot_mapping.size(0);
+  if (tokens == 0) return;
+  const int64_t capacity = key_cache.size(0) * key_cache.size(1);
+  TORCH_CHECK(onHost(slot_mapping).max().item<int64_t>() < capacity, kCache,
+              ": a slot is past the caches' ", capacity, " slots");
+  if (key.size(1) == 0 || key.size(2) == 0) return;
+  const at::Tensor k = unitLast(key) ? key : key.contiguous();
+  const at::Tensor v = unitLast(value) ? value : value.contiguous();
+  const at::Tensor slots = slot_mapping.to(at::kLong).contiguous();
+  selectedKernelProvider().reshapeAndCacheFlash(
+      toRef(k), toRef(v), toRef(key_cache), toRef(value_cache), toRef(slots), streamOf(key_cache));
+}
+
+// Checks each sequence's length and the blocks it uses on the host (the
+// reference's error for a length past its blocks; a block id out of range
+// is refused to the reference); whether any sequence is empty (<= 0
+// tokens: the kernel leaves its rows unwritten, the reference zeroes them).
+bool checkPages(const at::Tensor& block_tables, const at::Tensor& seq_lens, int64_t block_size,
+                int64_t num_blocks) {
+  const at::Tensor lengths = onHost(seq_lens);
+  const at::Tensor tables = onHost(block_tables);
+  const auto length = lengths.accessor<int64_t, 1>();
+  const auto table = tables.accessor<int64_t, 2>();
+  const int64_t max_blocks = tables.size(1);
+  bool any_empty = false;
+  for (int64_t s = 0; s < lengths.size(0); ++s) {
+    if (length[s] <= 0) {
+      any_empty = true;
+      continue;
+    }
+    TORCH_CHECK(length[s] <= max_blocks * block_size, kAttention, ": sequence ", s, " has ",
+                length[s], " tokens, more than its ", max_blocks, " blocks of ", block_size,
+                " hold");
+    for (int64_t b = 0; b < (length[s] + block_size - 1) / block_size; ++b) {
+      TORCH_CHECK_NOT_IMPLEMENTED(table[s][b] >= 0 && table[s][b] < num_blocks, kAttention,
+                                  ": sequence ", s, " reads block ", table[s][b], " of ",
+                                  num_blocks, "; the kernel takes block ids in range");
+    }
+  }
+  return any_empty;
+}
+
+at::Tensor paged_attention_infini(const at::Tensor& query, const at::Tensor& key_cache,
+                                  const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& seq_lens, double scale,
+                                  const std::optional<at::Tensor>& alibi_slopes) {
+  checkAttention(query, key_cache, value_cache, block_tables, seq_lens, alibi_slopes);
+  const bool has_alibi = alibi_slopes.has_value() && alibi_slopes->defined();
+  for (const at::Tensor* t : {&key_cache, &value_cache, &block_tables, &seq_lens})
+    checkSameDevice(query, *t);
+  if (has_alibi) checkSameDevice(query, *alibi_slopes);
+  requireKernel(kAttention, SeamOp::PagedAttention, query.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(query.size(2) == 64 || query.size(2) == 128, kAttention,
+                              ": the kernel takes head_size 64 or 128, got ", query.size(2));
+  TORCH_CHECK_NOT_IMPLEMENTED(unitLast(key_cache) && unitLast(value_cache), kAttention,
+                              ": the kernel reads caches with a unit stride in head_size, got "
+                              "strides ",
+                              key_cache.strides(), " and ", value_cache.strides());
+  const bool any_empty = checkPages(block_tables, seq_lens, key_cache.size(2), key_cache.size(0));
+  at::Tensor out = any_empty ? at::zeros(query.sizes(), query.options())
+                             : at::empty(query.sizes(), query.options());
+  if (query.numel() == 0) return out;
+  const at::Tensor q = unitLast(query) ? query : query.contiguous();
+  // One integer dtype for the tables and the lengths, contiguous; the
+  // slopes in float, as the reference computes with them.
+  const at::Tensor tables = block_tables.contiguous();
+  const at::Tensor lengths = seq_lens.to(block_tables.scalar_type()).contiguous();
+  const at::Tensor alibi = has_alibi ? alibi_slopes->to(at::kFloat).contiguous() : at::Tensor();
+  const TensorRef alibi_ref = has_alibi ? toRef(alibi) : TensorRef{};
+  selectedKernelProvider().pagedAttention(
+      toRef(out), toRef(q), toRef(key_cache), toRef(value_cache), toRef(tables), toRef(lengths),
+      has_alibi ? &alibi_ref : nullptr, static_cast<float>(scale), streamOf(out));
+  return out;
+}
+
 // ---- the operators (schemas: library.cpp) ----------------------------------------------
 
 void reshape_and_cache_flash_autograd(const at::Tensor& key, const at::Tensor& value,
@@ -196,12 +297,16 @@ struct ReshapeAndCacheFlash {
   static constexpr auto cpu = &reshape_and_cache_flash_cpu;
   static constexpr auto meta = &reshape_and_cache_flash_meta;
   static constexpr auto autograd = &reshape_and_cache_flash_autograd;
+  static constexpr auto infini = &reshape_and_cache_flash_infini;
+  static constexpr SeamOp seam = SeamOp::ReshapeAndCacheFlash;
 };
 struct PagedAttention {
   static constexpr const char* name = "infini::paged_attention";
   static constexpr auto cpu = &paged_attention_cpu;
   static constexpr auto meta = &paged_attention_meta;
   static constexpr auto autograd = &paged_attention_autograd;
+  static constexpr auto infini = &paged_attention_infini;
+  static constexpr SeamOp seam = SeamOp::PagedAttention;
 };
 
 // ---- autograd --------------------------------------------------------------------------

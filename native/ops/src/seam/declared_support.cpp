@@ -23,6 +23,18 @@ constexpr DtypeMask kRotaryTypes = dtypeBit(ScalarType::Float) | kReducedFloatTy
 // src/native/cuda/ops/fused_add_rms_norm/kernel.h: float32 and the reduced
 // float types.
 constexpr DtypeMask kFusedAddRmsNormTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+// src/base/embedding.h: float32 and the reduced float weights (the row's
+// dtype is the weight's; indices int32 or int64).
+constexpr DtypeMask kEmbeddingTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+// src/base/topk_softmax.h: gating_output float32 or a reduced float type.
+constexpr DtypeMask kTopkSoftmaxTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+// src/base/reshape_and_cache_flash.h: float32 and the reduced float types
+// (PagedAttentionInfinilm, src/base/paged_attention_infinilm.h: the reduced
+// float types only).
+// src/native/cuda/ops/convolution/kernel.h: float32 and the reduced float
+// types (accumulated in float).
+constexpr DtypeMask kConvolutionTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+constexpr DtypeMask kReshapeAndCacheTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
 
 constexpr uint32_t on(std::initializer_list<std::string_view> names) {
   uint32_t mask = 0;

@@ -221,6 +221,67 @@ struct FusedAddRmsNorm {
   }
 };
 
+struct Embedding {
+  static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor weight,
+                   const std::optional<int64_t> padding_idx, const std::optional<double> max_norm,
+                   const double norm_type, const bool scale_grad_by_freq, const bool sparse,
+                   Tensor out) {
+    record("Embedding", h, c,
+           {TI_ARG(input), TI_ARG(weight), TI_ARG(padding_idx), TI_ARG(max_norm), TI_ARG(norm_type),
+            TI_ARG(scale_grad_by_freq), TI_ARG(sparse), TI_ARG(out)});
+  }
+};
+
+struct TopkSoftmax {
+  static void Call(const Handle& h, const Config& c, const Tensor gating_output,
+                   std::optional<Tensor> bias, std::optional<Tensor> is_padding,
+                   const bool renormalize, Tensor topk_weights, Tensor topk_indices,
+                   Tensor token_expert_indices) {
+    record("TopkSoftmax", h, c,
+           {TI_ARG(gating_output), TI_ARG(bias), TI_ARG(is_padding), TI_ARG(renormalize),
+            TI_ARG(topk_weights), TI_ARG(topk_indices), TI_ARG(token_expert_indices)});
+  }
+};
+
+struct ReshapeAndCacheFlash {
+  static void Call(const Handle& h, const Config& c, const Tensor key, const Tensor value,
+                   const Tensor slot_mapping, const Tensor k_scale, const Tensor v_scale,
+                   const std::string kv_cache_dtype, Tensor key_cache, Tensor value_cache) {
+    record("ReshapeAndCacheFlash", h, c,
+           {TI_ARG(key), TI_ARG(value), TI_ARG(slot_mapping), TI_ARG(k_scale), TI_ARG(v_scale),
+            TI_ARG(kv_cache_dtype), TI_ARG(key_cache), TI_ARG(value_cache)});
+  }
+};
+
+struct PagedAttentionInfinilm {
+  static void Call(const Handle& h, const Config& c, const Tensor q, const Tensor k_cache,
+                   const Tensor v_cache, const Tensor block_tables, const Tensor seq_lens,
+                   std::optional<Tensor> alibi_slopes, float scale, Tensor out) {
+    record("PagedAttentionInfinilm", h, c,
+           {TI_ARG(q), TI_ARG(k_cache), TI_ARG(v_cache), TI_ARG(block_tables), TI_ARG(seq_lens),
+            TI_ARG(alibi_slopes), TI_ARG(scale), TI_ARG(out)});
+  }
+};
+
+inline std::string describe(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+struct Convolution {
+  static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor weight,
+                   std::optional<Tensor> bias, const std::vector<int64_t> stride,
+                   const std::vector<int64_t> padding, const std::vector<int64_t> dilation,
+                   const bool transposed, const std::vector<int64_t> output_padding,
+                   const int64_t groups, Tensor out) {
+    record("Convolution", h, c,
+           {TI_ARG(input), TI_ARG(weight), TI_ARG(bias), TI_ARG(stride), TI_ARG(padding),
+            TI_ARG(dilation), TI_ARG(transposed), TI_ARG(output_padding), TI_ARG(groups),
+            TI_ARG(out)});
+  }
+};
+
 #undef TI_ARG
 
 }  // namespace infini::ops

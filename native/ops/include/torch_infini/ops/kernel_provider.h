@@ -142,6 +142,53 @@ class KernelProvider {
   virtual void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual,
                                const TensorRef* weight, float eps,
                                runtime::StreamHandle stream) = 0;
+  // aten::embedding's forward: out [N, D] = the rows of weight [V, D] (any
+  // strides) that indices [N] (int32 or int64, contiguous) name, each in
+  // [0, V) (the bridge checked: InfiniOps' kernels skip other rows
+  // silently). out is contiguous, of weight's dtype.
+  virtual void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
+                         runtime::StreamHandle stream) = 0;
+  // torch.ops.infini.topk_softmax (fused/moe.cpp has the definition):
+  // gating [T, E] contiguous; bias [E] float32 contiguous and is_padding [T]
+  // uint8 contiguous, each optional (null: none); weights [T, k] float32,
+  // indices [T, k] int32 and token_expert [T, k] int32, contiguous.
+  virtual void topkSoftmax(const TensorRef& weights, const TensorRef& indices,
+                           const TensorRef& token_expert, const TensorRef& gating,
+                           const TensorRef* bias, const TensorRef* is_padding, bool renormalize,
+                           runtime::StreamHandle stream) = 0;
+  // torch.ops.infini.reshape_and_cache_flash (fused/paged_attention.cpp has
+  // the definition), in place on the caches: key and value [T, heads,
+  // head_size], unit last stride; slot_mapping [T] int64 contiguous, each
+  // slot negative (skipped) or below num_blocks * block_size (the bridge
+  // checked); caches [num_blocks, block_size, heads, head_size], unit last
+  // stride, one dtype throughout.
+  virtual void reshapeAndCacheFlash(const TensorRef& key, const TensorRef& value,
+                                    const TensorRef& key_cache, const TensorRef& value_cache,
+                                    const TensorRef& slot_mapping,
+                                    runtime::StreamHandle stream) = 0;
+  // torch.ops.infini.paged_attention (the same file): out and query
+  // [num_seqs, heads, head_size], unit last stride, head_size 64 or 128;
+  // caches [num_blocks, kv_heads, block_size, head_size], unit last stride;
+  // block_tables [num_seqs, max_blocks] and seq_lens [num_seqs] of one
+  // integer dtype, contiguous, every length at most max_blocks * block_size
+  // and every block it uses in [0, num_blocks) (the bridge checked); a
+  // sequence of length <= 0 leaves its rows of out as they are (the bridge
+  // zeroes them first); alibi_slopes [heads] float32 contiguous or null.
+  virtual void pagedAttention(const TensorRef& out, const TensorRef& query,
+                              const TensorRef& key_cache, const TensorRef& value_cache,
+                              const TensorRef& block_tables, const TensorRef& seq_lens,
+                              const TensorRef* alibi_slopes, float scale,
+                              runtime::StreamHandle stream) = 0;
+  // aten::convolution's forward, not transposed: input [N, C, *spatial]
+  // (1 to 3 spatial dimensions), weight [O, C / groups, *kernel], bias [O]
+  // or null, all of one dtype, any strides; out [N, O, *out_spatial] in
+  // the layout PyTorch predicts for infini. stride, padding (both sides)
+  // and dilation have one entry per spatial dimension.
+  virtual void convolution(const TensorRef& out, const TensorRef& input, const TensorRef& weight,
+                           const TensorRef* bias, const std::vector<int64_t>& stride,
+                           const std::vector<int64_t>& padding,
+                           const std::vector<int64_t>& dilation, int64_t groups,
+                           runtime::StreamHandle stream) = 0;
   // GradScaler's steps, as PyTorch's _amp_foreach_non_finite_check_and_unscale_
   // and _amp_update_scale_ define them: each gradient (a floating dtype the
   // provider supports for AmpUnscale) multiplied by inv_scale in place, and

@@ -34,6 +34,16 @@
 //                   (torch.ops.infini.fused_add_rms_norm)
 //   Cat             the inputs one after another along a dimension (a byte copy
 //                   per element: every dtype of InfiniOps' size table)
+//   Embedding       out[i, :] = weight[indices[i], :] (aten::embedding), indices
+//                   in range (the bridge checks them first)
+//   TopkSoftmax     MoE routing: the topk experts of softmax(gating) per token
+//                   (torch.ops.infini.topk_softmax)
+//   ReshapeAndCacheFlash  keys and values written into a paged KV cache by slot
+//                   (torch.ops.infini.reshape_and_cache_flash)
+//   PagedAttention  one decode step of attention over a paged KV cache
+//                   (torch.ops.infini.paged_attention)
+//   Convolution     a 1-D, 2-D or 3-D convolution's forward, not transposed
+//                   (aten::convolution)
 //   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
 //   AmpUpdateScale  GradScaler: the scale backed off or grown from found_inf
 #pragma once
@@ -61,6 +71,11 @@
   X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
   X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kRotaryTypes, kCudaLike, "float") \
   X(FusedAddRmsNorm, fused_add_rms_norm, FusedAddRmsNorm, kFusedAddRmsNormTypes, kCudaLike | on({"cambricon"}), "float") \
+  X(Embedding, embedding, Embedding, kEmbeddingTypes, kCudaLike | on({"ascend", "cambricon"}), nullptr) \
+  X(TopkSoftmax, topk_softmax, TopkSoftmax, kTopkSoftmaxTypes, kCudaLike, "float") \
+  X(ReshapeAndCacheFlash, reshape_and_cache_flash, ReshapeAndCacheFlash, kReshapeAndCacheTypes, kCudaLike | on({"cambricon"}), nullptr) \
+  X(PagedAttention, paged_attention, PagedAttentionInfinilm, kReducedFloatTypes, kCudaLike, "float") \
+  X(Convolution, convolution, Convolution, kConvolutionTypes, kCudaLike, "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {})
 // clang-format on

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "fused/references.h"
@@ -49,7 +50,7 @@ constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
 // while a new geometry recomputes the tensor's contiguity and storage size.
 class Aliases {
  public:
-  // The tensor in `slot` (0..3), now viewing `ref`. Valid until the next
+  // The tensor in `slot` (0..7), now viewing `ref`. Valid until the next
   // call for the same slot on this thread.
   const at::Tensor& operator()(const TensorRef& ref, size_t slot) {
     Entry& e = slots_[slot][hashOf(ref) % kEntries];
@@ -118,7 +119,7 @@ class Aliases {
   }
 
   using Slot = std::array<Entry, kEntries>;
-  std::array<Slot, 4> slots_;
+  std::array<Slot, 8> slots_;
 };
 
 // This thread's aliases, looked up once per kernel: each access to a
@@ -499,6 +500,130 @@ class HostKernels final : public KernelProvider {
           op.redispatch(kCpuKernel, x, r, w, static_cast<double>(eps));
         },
         input, residual);
+  }
+
+  // The CPU's embedding forward (index_select along the rows), which raises
+  // the CPU's IndexError for an index out of range.
+  void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
+                 runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& o_ref, const TensorRef& w_ref, const TensorRef& i_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor o = al(o_ref, 0);
+          at::cpu::index_select_out(o, al(w_ref, 1), 0, al(i_ref, 2));
+        },
+        out, weight, indices);
+  }
+
+  void topkSoftmax(const TensorRef& weights, const TensorRef& indices,
+                   const TensorRef& token_expert, const TensorRef& gating, const TensorRef* bias,
+                   const TensorRef* is_padding, bool renormalize,
+                   runtime::StreamHandle stream) override {
+    const std::optional<TensorRef> bias_ref =
+        bias == nullptr ? std::nullopt : std::optional<TensorRef>(*bias);
+    const std::optional<TensorRef> padding_ref =
+        is_padding == nullptr ? std::nullopt : std::optional<TensorRef>(*is_padding);
+    submit(
+        stream,
+        [bias_ref, padding_ref, renormalize](const TensorRef& w_ref, const TensorRef& i_ref,
+                                             const TensorRef& t_ref, const TensorRef& g_ref) {
+          Aliases& al = threadAliases();
+          std::optional<at::Tensor> b;
+          if (bias_ref) b = al(*bias_ref, 4);
+          std::optional<at::Tensor> p;
+          if (padding_ref) p = al(*padding_ref, 5);
+          static const auto op = fusedOperator<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, int64_t, bool, const std::optional<at::Tensor>&,
+              const std::optional<at::Tensor>&)>("topk_softmax");
+          // The reference allocates its results (three [T, k] rows of
+          // numbers, small next to the gating it reads); copied in.
+          auto [weights, indices, token_expert] =
+              op.redispatch(kCpuKernel, al(g_ref, 3), w_ref.sizes[1], renormalize, b, p);
+          at::Tensor w = al(w_ref, 0);
+          at::native::copy_(w, weights);
+          at::Tensor i = al(i_ref, 1);
+          at::native::copy_(i, indices);
+          at::Tensor t = al(t_ref, 2);
+          at::native::copy_(t, token_expert);
+        },
+        weights, indices, token_expert, gating);
+  }
+
+  void reshapeAndCacheFlash(const TensorRef& key, const TensorRef& value,
+                            const TensorRef& key_cache, const TensorRef& value_cache,
+                            const TensorRef& slot_mapping, runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [](const TensorRef& k_ref, const TensorRef& v_ref, const TensorRef& kc_ref,
+           const TensorRef& vc_ref, const TensorRef& s_ref) {
+          Aliases& al = threadAliases();
+          at::Tensor key_cache = al(kc_ref, 2);
+          at::Tensor value_cache = al(vc_ref, 3);
+          static const auto op =
+              fusedOperator<void(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
+                                 const at::Tensor&)>("reshape_and_cache_flash");
+          op.redispatch(kCpuKernel, al(k_ref, 0), al(v_ref, 1), key_cache, value_cache,
+                        al(s_ref, 4));
+        },
+        key, value, key_cache, value_cache, slot_mapping);
+  }
+
+  void pagedAttention(const TensorRef& out, const TensorRef& query, const TensorRef& key_cache,
+                      const TensorRef& value_cache, const TensorRef& block_tables,
+                      const TensorRef& seq_lens, const TensorRef* alibi_slopes, float scale,
+                      runtime::StreamHandle stream) override {
+    const std::optional<TensorRef> alibi_ref =
+        alibi_slopes == nullptr ? std::nullopt : std::optional<TensorRef>(*alibi_slopes);
+    submit(
+        stream,
+        [alibi_ref, scale](const TensorRef& o_ref, const TensorRef& q_ref, const TensorRef& kc_ref,
+                           const TensorRef& vc_ref, const TensorRef& bt_ref,
+                           const TensorRef& sl_ref) {
+          Aliases& al = threadAliases();
+          std::optional<at::Tensor> alibi;
+          if (alibi_ref) alibi = al(*alibi_ref, 6);
+          static const auto op = fusedOperator<at::Tensor(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, double, const std::optional<at::Tensor>&)>("paged_attention");
+          // The reference allocates its result; copied in, as the seam's
+          // contract says InfiniOps' kernel writes it: the rows of sequences
+          // with tokens only (the bridge zeroes the others first). The float
+          // scale InfiniOps takes, widened back: the same value.
+          const at::Tensor lengths = al(sl_ref, 5);
+          const at::Tensor result =
+              op.redispatch(kCpuKernel, al(q_ref, 1), al(kc_ref, 2), al(vc_ref, 3), al(bt_ref, 4),
+                            lengths, static_cast<double>(scale), alibi);
+          const at::Tensor written = (lengths > 0).nonzero().squeeze(1);
+          at::Tensor o = al(o_ref, 0);
+          o.index_copy_(0, written, result.index_select(0, written));
+        },
+        out, query, key_cache, value_cache, block_tables, seq_lens);
+  }
+
+  // The CPU's convolution (oneDNN or its own kernels, as the CPU picks for
+  // these layouts), its result copied into out's layout.
+  void convolution(const TensorRef& out, const TensorRef& input, const TensorRef& weight,
+                   const TensorRef* bias, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                   int64_t groups, runtime::StreamHandle stream) override {
+    const std::optional<TensorRef> bias_ref =
+        bias == nullptr ? std::nullopt : std::optional<TensorRef>(*bias);
+    submit(
+        stream,
+        [bias_ref, stride, padding, dilation, groups](
+            const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& w_ref) {
+          Aliases& al = threadAliases();
+          std::optional<at::Tensor> b;
+          if (bias_ref) b = al(*bias_ref, 3);
+          const std::vector<int64_t> no_output_padding(stride.size(), 0);
+          const at::Tensor result =
+              at::convolution(al(i_ref, 1), al(w_ref, 2), b, stride, padding, dilation,
+                              /*transposed=*/false, no_output_padding, groups);
+          at::Tensor o = al(o_ref, 0);
+          at::native::copy_(o, result);
+        },
+        out, input, weight);
   }
 
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,

@@ -353,6 +353,96 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
+  void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
+                 runtime::StreamHandle stream) override {
+    // A byte mover (no launch counted): the CPU's bits whatever the kernel.
+#if TORCH_INFINI_OPS_HAS_EMBEDDING
+    // The forward is a gather: padding_idx, max_norm, scale_grad_by_freq and
+    // sparse matter to the backward (and embedding_renorm_) only, so they
+    // are left at their defaults here, where InfiniOps' kernel would act on
+    // them (max_norm renormalizes weight in place).
+    infini::ops::Embedding::Call(handle(out, stream), config_, view(indices), view(weight),
+                                 std::optional<int64_t>(), std::optional<double>(), 2.0, false,
+                                 false, view(out));
+#else
+    unavailable("embedding");
+#endif
+  }
+
+  void topkSoftmax(const TensorRef& weights, const TensorRef& indices,
+                   const TensorRef& token_expert, const TensorRef& gating, const TensorRef* bias,
+                   const TensorRef* is_padding, bool renormalize,
+                   runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_TOPK_SOFTMAX
+    // InfiniOps' argument order: gating_output, bias, is_padding, renormalize,
+    // then the three outputs.
+    std::optional<infini::ops::Tensor> bias_view;
+    if (bias != nullptr) bias_view.emplace(view(*bias));
+    std::optional<infini::ops::Tensor> padding_view;
+    if (is_padding != nullptr) padding_view.emplace(view(*is_padding));
+    infini::ops::TopkSoftmax::Call(handle(weights, stream), config_, view(gating), bias_view,
+                                   padding_view, renormalize, view(weights), view(indices),
+                                   view(token_expert));
+#else
+    unavailable("topk_softmax");
+#endif
+  }
+
+  void reshapeAndCacheFlash(const TensorRef& key, const TensorRef& value,
+                            const TensorRef& key_cache, const TensorRef& value_cache,
+                            const TensorRef& slot_mapping, runtime::StreamHandle stream) override {
+    // A byte mover, as embedding.
+#if TORCH_INFINI_OPS_HAS_RESHAPE_AND_CACHE_FLASH
+    // Unquantized caches ("auto"): the scales are read as 1 and change
+    // nothing; InfiniOps takes them as one-element float32 tensors.
+    TensorRef one;
+    one.data = floatOne(key.device);
+    one.dtype = c10::ScalarType::Float;
+    one.device = key.device;
+    one.sizes = {1};
+    one.strides = {1};
+    infini::ops::ReshapeAndCacheFlash::Call(
+        handle(key_cache, stream), config_, view(key), view(value), view(slot_mapping), view(one),
+        view(one), std::string("auto"), view(key_cache), view(value_cache));
+#else
+    unavailable("reshape_and_cache_flash");
+#endif
+  }
+
+  void pagedAttention(const TensorRef& out, const TensorRef& query, const TensorRef& key_cache,
+                      const TensorRef& value_cache, const TensorRef& block_tables,
+                      const TensorRef& seq_lens, const TensorRef* alibi_slopes, float scale,
+                      runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_PAGED_ATTENTION_INFINILM
+    std::optional<infini::ops::Tensor> alibi_view;
+    if (alibi_slopes != nullptr) alibi_view.emplace(view(*alibi_slopes));
+    infini::ops::PagedAttentionInfinilm::Call(
+        handle(out, stream), config_, view(query), view(key_cache), view(value_cache),
+        view(block_tables), view(seq_lens), alibi_view, scale, view(out));
+#else
+    unavailable("paged_attention");
+#endif
+  }
+
+  void convolution(const TensorRef& out, const TensorRef& input, const TensorRef& weight,
+                   const TensorRef* bias, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
+                   int64_t groups, runtime::StreamHandle stream) override {
+    countNonCpuKernelLaunch();
+#if TORCH_INFINI_OPS_HAS_CONVOLUTION
+    std::optional<infini::ops::Tensor> bias_view;
+    if (bias != nullptr) bias_view.emplace(view(*bias));
+    const std::vector<int64_t> no_output_padding(stride.size(), 0);
+    infini::ops::Convolution::Call(handle(out, stream), config_, view(input), view(weight),
+                                   bias_view, stride, padding, dilation, /*transposed=*/false,
+                                   no_output_padding, groups, view(out));
+#else
+    unavailable("convolution");
+#endif
+  }
+
   void cat(const TensorRef& out, const std::vector<TensorRef>& inputs, int64_t dim,
            runtime::StreamHandle stream) override {
 #if TORCH_INFINI_OPS_HAS_CAT
@@ -415,15 +505,25 @@ class InfiniOpsKernels final : public KernelProvider {
   // One element of -0.0 in float16 and bfloat16 alike (bit pattern 0x8000)
   // on `device`, written once and kept for the process's lifetime.
   void* negativeZero(int device) {
-    std::lock_guard<std::mutex> lock(zeros_mutex_);
-    void*& ptr = negative_zeros_[device];
+    const std::uint16_t bits = 0x8000;
+    return constant(negative_zeros_, device, &bits, sizeof(bits));
+  }
+
+  // One float32 1.0 on `device`, likewise.
+  void* floatOne(int device) {
+    const float one = 1.0f;
+    return constant(float_ones_, device, &one, sizeof(one));
+  }
+
+  void* constant(std::unordered_map<int, void*>& kept, int device, const void* bytes, size_t size) {
+    std::lock_guard<std::mutex> lock(constants_mutex_);
+    void*& ptr = kept[device];
     if (ptr == nullptr) {
       runtime_.bind(device);
-      void* p = runtime_.malloc(device, sizeof(std::uint16_t));
-      TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr,
-                       "infiniops: out of memory for a 2-byte constant on device ", device);
-      const std::uint16_t bits = 0x8000;
-      runtime_.memcpy(p, &bits, sizeof(bits), runtime::MemcpyKind::HostToDevice);
+      void* p = runtime_.malloc(device, size);
+      TORCH_CHECK_WITH(OutOfMemoryError, p != nullptr, "infiniops: out of memory for a ", size,
+                       "-byte constant on device ", device);
+      runtime_.memcpy(p, bytes, size, runtime::MemcpyKind::HostToDevice);
       ptr = p;
     }
     return ptr;
@@ -449,8 +549,9 @@ class InfiniOpsKernels final : public KernelProvider {
     return masks;
   }
   infini::ops::Config config_;
-  std::mutex zeros_mutex_;
+  std::mutex constants_mutex_;
   std::unordered_map<int, void*> negative_zeros_;
+  std::unordered_map<int, void*> float_ones_;
 };
 
 }  // namespace

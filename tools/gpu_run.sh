@@ -109,6 +109,10 @@ find_cuda_lib() {  # name: the first libNAME.so, else libNAME.so.<version>, in l
   done
 }
 CUBLAS="$(find_cuda_lib cublas)" CUBLASLT="$(find_cuda_lib cublasLt)" CUDA_DRIVER="$(find_cuda_lib cuda)"
+# The files themselves: the links below must never point at themselves (a
+# --cuda-libs of WORK/cuda-libs, the folder they are made in).
+CUBLAS="${CUBLAS:+$(readlink -f "$CUBLAS")}" CUBLASLT="${CUBLASLT:+$(readlink -f "$CUBLASLT")}"
+CUDA_DRIVER="${CUDA_DRIVER:+$(readlink -f "$CUDA_DRIVER")}"
 for pair in "cuBLAS:$CUBLAS" "cuBLASLt:$CUBLASLT" "the CUDA driver library (libcuda.so):$CUDA_DRIVER"; do
   [ -n "${pair#*:}" ] || { echo "gpu_run: ${pair%%:*} not found in ${lib_dirs[*]} (--cuda-libs)" >&2; exit 2; }
 done
@@ -160,7 +164,7 @@ cmake --install "$WORK/build-infinirt" >>"$BUILD_LOG" 2>&1
 step "InfiniRT built for NVIDIA"
 # The operators torch-infini wires through InfiniOps (native/ops/src/seam);
 # the library alone (InfiniOps' examples lag its runtime API at times).
-OPS="add;mul;gemm;relu;silu;sigmoid;gelu;softmax;rms_norm;cast;silu_and_mul;swiglu;causal_softmax;cat;rotary_embedding;fused_add_rms_norm;embedding;topk_softmax;reshape_and_cache_flash;paged_attention_infinilm;convolution"
+OPS="add;mul;gemm;relu;silu;sigmoid;gelu;softmax;rms_norm;cast;copy;fill;silu_and_mul;swiglu;causal_softmax;cat;rotary_embedding;fused_add_rms_norm;embedding;topk_softmax;reshape_and_cache_flash;paged_attention_infinilm;convolution"
 build infiniops infiniops -S "$INFINIOPS" -B "$WORK/build-infiniops" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DINFINI_RT_ROOT="$PREFIX" -DWITH_NVIDIA=ON -DWITH_TORCH=OFF \
   -DAUTO_DETECT_DEVICES=OFF -DGENERATE_OPERATOR_CALL_INSTANTIATIONS=ON -DINFINI_OPS_OPS="$OPS" \

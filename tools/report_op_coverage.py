@@ -173,9 +173,9 @@ def _by_backend(operators: list[dict[str, Any]]) -> dict[str, Any]:
         torch.uint32,
         torch.uint64,
     ]
-    # Copies and casts serve every dtype (staged through the host where the
-    # provider lacks one): not part of this table.
-    rows = [d for d in declarations() if d.op not in ("copy", "cast")]
+    # Copies, casts and fills serve every dtype (staged through the host, or
+    # the value uploaded, where the provider lacks one): not part of this table.
+    rows = [d for d in declarations() if d.op not in ("copy", "cast", "fill")]
     rows.sort(key=lambda d: order.index(d.dtype))
     backends = ["host", *torch_infini._C._infinirt_device_types()]
     result: dict[str, Any] = {}

@@ -167,9 +167,10 @@ void supportsFollowsTheDeclarationsForNvidia() {
   CHECK(k.supports(SeamOp::FusedAddRmsNorm, ScalarType::BFloat16));
   CHECK(!k.supports(SeamOp::FusedAddRmsNorm, ScalarType::Double));
   CHECK(k.supports(SeamOp::RotaryEmbedding, ScalarType::Float));
-  CHECK(!k.supports(SeamOp::Copy, ScalarType::Float));  // Cast: cpu and ascend only
+  CHECK(k.supports(SeamOp::Copy, ScalarType::UInt16));  // Copy: every type, CUDA-like devices
+  CHECK(!k.supports(SeamOp::Cast, ScalarType::Float));  // Cast: cpu and ascend only
   CHECK(!k.supports(SeamOp::Cat, ScalarType::Float));
-  CHECK(!k.supports(SeamOp::Fill, ScalarType::Float));  // no InfiniOps class
+  CHECK(k.supports(SeamOp::Fill, ScalarType::BFloat16));
   CHECK(!k.supports(SeamOp::Random, ScalarType::Float));
   CHECK(!k.supports(SeamOp::AmpUnscale, ScalarType::Float));
   CHECK(!k.supportsPeer());
@@ -415,12 +416,36 @@ void convolutionIsNotTransposed() {
   CHECK(!provider().supports(SeamOp::Convolution, ScalarType::Double));
 }
 
+// Fill gets PyTorch's conversion of the value to the dtype, as a double
+// (exact): 0.1 into float16 is 0.0999755859375. Integers past 2^53 have no
+// exact double: the bridge uploads those.
+void fillTakesTheConvertedValue() {
+  const TensorRef half = ref(0x100, ScalarType::Half, {4, 2}, {1, 4});
+  ops::launches = 0;
+  provider().fill(half, c10::Scalar(0.1), stream());
+  expectCall("Fill",
+             {"input=" + tensor(half, kF16), "value=0.0999755859375", "out=" + tensor(half, kF16)});
+  const TensorRef longs = ref(0x200, ScalarType::Long, {3}, {1});
+  provider().fill(longs, c10::Scalar(int64_t{-7}), stream());
+  expectCall("Fill", {"input=" + tensor(longs, kI64), "value=-7", "out=" + tensor(longs, kI64)});
+  CHECK(ops::launches == 0);  // a value written, not computed
+  CHECK(provider().fillTakes(c10::Scalar(int64_t{1} << 53), ScalarType::Long));
+  CHECK(!provider().fillTakes(c10::Scalar((int64_t{1} << 53) + 1), ScalarType::Long));
+  CHECK(provider().fillTakes(c10::Scalar(int64_t{2147483647}), ScalarType::Int));
+  CHECK(provider().fillTakes(c10::Scalar(1e300), ScalarType::Double));
+}
+
 void copyAndCat() {
   const TensorRef dst = ref(0x100, ScalarType::Float, {2, 3}, {3, 1});
   const TensorRef src = ref(0x200, ScalarType::Half, {2, 3}, {1, 2});
   ops::launches = 0;
   provider().copy(dst, src, stream());
   expectCall("Cast", {"input=" + tensor(src, kF16), "out=" + tensor(dst, kF32)});
+  // One dtype: Copy, the source strided (a transpose) or broadcast.
+  const TensorRef same = ref(0x250, ScalarType::Float, {2, 3}, {1, 0});
+  provider().copy(dst, same, stream());
+  expectCall("Copy",
+             {"src=" + tensor(same, kF32), "non_blocking=false", "out=" + tensor(dst, kF32)});
   const TensorRef out = ref(0x300, ScalarType::Float, {2, 5}, {5, 1});
   const TensorRef a = ref(0x400, ScalarType::Float, {2, 2}, {2, 1});
   const TensorRef b = ref(0x500, ScalarType::Float, {2, 3}, {1, 2});
@@ -444,7 +469,6 @@ void whatInfiniOpsLacksRaises() {
     }
     return false;
   };
-  CHECK(raisesNaming([&] { provider().fill(t, c10::Scalar(1.0), stream()); }, "fill"));
   CHECK(raisesNaming([&] { provider().random(t, ops::RandomDraw{}, stream()); }, "random"));
   CHECK(raisesNaming([&] { provider().ampUnscale({t}, t, t, stream()); }, "amp_unscale"));
   CHECK(raisesNaming([&] { provider().ampUpdateScale(t, t, t, 2.0, 0.5, 10, stream()); },
@@ -470,7 +494,8 @@ int main() {
       {"reshape_and_cache_flash writes the caches", reshapeAndCacheFlashWritesTheCaches},
       {"paged_attention's argument order", pagedAttentionArgumentOrder},
       {"convolution is not transposed", convolutionIsNotTransposed},
-      {"copy through Cast, and cat", copyAndCat},
+      {"fill takes the converted value", fillTakesTheConvertedValue},
+      {"copy through Cast or Copy, and cat", copyAndCat},
       {"what InfiniOps lacks raises", whatInfiniOpsLacksRaises},
   });
 }

@@ -136,8 +136,10 @@ def _rotated(dtype: torch.dtype, device: str) -> torch.Tensor:
 
 
 # Seam operators that never refuse: copies and casts of a dtype the provider
-# lacks are staged through the host instead (test_copy.py).
-NEVER_REFUSED = {"copy", "cast"}
+# lacks are staged through the host instead (test_copy.py), and fills
+# without a kernel upload the value (test_ops_fill.py); host serves all
+# three in every dtype, with the CPU's kernels.
+NEVER_REFUSED = {"copy", "cast", "fill"}
 
 
 def _device_type() -> str:

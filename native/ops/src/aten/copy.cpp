@@ -97,11 +97,12 @@ void uploadSpan(const at::Tensor& dst, const at::Tensor& span_cpu) {
 
 bool kernelCopies(const at::Tensor& dst, const at::Tensor& src) {
   KernelProvider& k = selectedKernelProvider();
-  SeamOp op = dst.scalar_type() == src.scalar_type() ? SeamOp::Copy : SeamOp::Cast;
-  bool same_device = dst.device() == src.device();
-  // A cast reads one dtype and writes another: the provider needs both.
-  return k.supports(op, src.scalar_type()) && k.supports(op, dst.scalar_type()) &&
-         (same_device || k.supportsPeer());
+  if (dst.device() != src.device() && !k.supportsPeer()) return false;
+  // A same-dtype copy is Copy's, or a Cast from the dtype to itself; a cast
+  // reads one dtype and writes another: the provider needs both.
+  if (dst.scalar_type() == src.scalar_type() && k.supports(SeamOp::Copy, dst.scalar_type()))
+    return true;
+  return k.supports(SeamOp::Cast, src.scalar_type()) && k.supports(SeamOp::Cast, dst.scalar_type());
 }
 
 // dst = src, both on infini, equal shapes. Stream-ordered on dst's current

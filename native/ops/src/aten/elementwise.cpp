@@ -39,8 +39,9 @@ at::Tensor deviceScalar(const at::Scalar& value, c10::ScalarType dtype, const at
   at::Scalar converted =
       at::scalar_tensor(value, at::TensorOptions().dtype(value.type())).to(dtype).item();
   at::Tensor t = at::empty({}, like.options().dtype(dtype));
-  if (selectedKernelProvider().supports(SeamOp::Fill, dtype)) {
-    selectedKernelProvider().fill(toRef(t), converted, streamOf(t));
+  KernelProvider& k = selectedKernelProvider();
+  if (k.supports(SeamOp::Fill, dtype) && k.fillTakes(converted, dtype)) {
+    k.fill(toRef(t), converted, streamOf(t));
   } else {
     t.copy_(at::scalar_tensor(converted, at::TensorOptions().dtype(dtype)));
   }
@@ -526,7 +527,7 @@ at::Tensor& fill_Scalar(at::Tensor& self, const at::Scalar& value) {
   // PyTorch); broadcast dimensions are filled once.
   at::Tensor target = withoutBroadcastDims(self);
   KernelProvider& k = selectedKernelProvider();
-  if (k.supports(SeamOp::Fill, self.scalar_type())) {
+  if (k.supports(SeamOp::Fill, self.scalar_type()) && k.fillTakes(value, self.scalar_type())) {
     k.fill(toRef(target), value, streamOf(target));
     return self;
   }

@@ -282,6 +282,20 @@ struct Convolution {
   }
 };
 
+struct Copy {
+  static void Call(const Handle& h, const Config& c, const Tensor src, const bool non_blocking,
+                   Tensor out) {
+    record("Copy", h, c, {TI_ARG(src), TI_ARG(non_blocking), TI_ARG(out)});
+  }
+};
+
+struct Fill {
+  static void Call(const Handle& h, const Config& c, const Tensor input, const double value,
+                   Tensor out) {
+    record("Fill", h, c, {TI_ARG(input), TI_ARG(value), TI_ARG(out)});
+  }
+};
+
 #undef TI_ARG
 
 }  // namespace infini::ops

@@ -56,6 +56,11 @@ class KernelProvider {
   // 0 on broadcast dimensions); outputs never overlap themselves.
   virtual void fill(const TensorRef& dst, const c10::Scalar& value,
                     runtime::StreamHandle stream) = 0;
+  // Whether fill() writes `value` into a `dtype` tensor exactly as PyTorch
+  // converts it (where supports(Fill, dtype)); else the bridge uploads it.
+  virtual bool fillTakes(const c10::Scalar& /*value*/, c10::ScalarType /*dtype*/) const {
+    return true;
+  }
   virtual void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,
                    runtime::StreamHandle stream) = 0;
   virtual void mul(const TensorRef& out, const TensorRef& a, const TensorRef& b,

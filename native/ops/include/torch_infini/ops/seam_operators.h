@@ -14,7 +14,9 @@
 // index 0 (src/native/<device>/ops/<op>/), and "float" where it computes in
 // float (float64 would lose precision) or nullptr where in the dtype itself.
 // Rows without an InfiniOps class leave them {}.
-//   Copy            same-dtype strided copy, dst and src of equal shape
+//   Copy            same-dtype strided copy, dst and src of equal shape (where
+//                   InfiniOps has no Copy for the type, the provider copies
+//                   through its Cast)
 //   Cast            strided copy converting between dtypes (both supported)
 //   Fill            dst[...] = value
 //   Add             out = a + alpha * b; also out = x + alpha * scalar
@@ -52,9 +54,9 @@
 
 // clang-format off
 #define TORCH_INFINI_SEAM_OPERATORS(X) \
-  X(Copy, copy, Cast, kAllTypes, on({"cpu", "ascend"}), nullptr) \
+  X(Copy, copy, Copy, kAllTypes, kCudaLike, nullptr) \
   X(Cast, cast, Cast, kAllTypes, on({"cpu", "ascend"}), nullptr) \
-  X(Fill, fill, none, {}, {}, {}) \
+  X(Fill, fill, Fill, kAllTypes, kCudaLike, nullptr) \
   X(Add, add, Add, kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr) \
   X(Mul, mul, Mul, kAllTypes, kCpuAndCudaLike | on({"ascend"}), nullptr) \
   X(Gemm, gemm, Gemm, kAllFloatTypes, kAll & ~on({"hygon"}), "float") \

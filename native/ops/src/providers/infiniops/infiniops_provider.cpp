@@ -7,6 +7,7 @@
 // single source of truth, and the bridge consults it before calling.
 #include "providers/infiniops/infiniops_provider.h"
 
+#include <ATen/Dispatch_v2.h>
 #include <c10/util/Exception.h>
 #include <infini/ops.h>
 
@@ -130,7 +131,16 @@ class InfiniOpsKernels final : public KernelProvider {
 
   bool supportsPeer() const override { return false; }
 
+  // Same-dtype copies through Copy where the type has it, else (and for
+  // conversions) through Cast.
   void copy(const TensorRef& dst, const TensorRef& src, runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_COPY
+    if (dst.dtype == src.dtype && supports(SeamOp::Copy, dst.dtype)) {
+      infini::ops::Copy::Call(handle(dst, stream), config_, view(src), /*non_blocking=*/false,
+                              view(dst));
+      return;
+    }
+#endif
 #if TORCH_INFINI_OPS_HAS_CAST
     infini::ops::Cast::Call(handle(dst, stream), config_, view(src), view(dst));
 #else
@@ -138,8 +148,35 @@ class InfiniOpsKernels final : public KernelProvider {
 #endif
   }
 
-  void fill(const TensorRef&, const c10::Scalar&, runtime::StreamHandle) override {
+  // InfiniOps' Fill takes the value as a double and converts it to the
+  // tensor's dtype on the device: it gets PyTorch's conversion of the value
+  // (to half, to float, ...), which a double holds exactly, so the kernel's
+  // conversion changes nothing. Integers past 2^53 have no exact double.
+  bool fillTakes(const c10::Scalar& value, c10::ScalarType dtype) const override {
+    constexpr uint64_t kExact = uint64_t{1} << 53;
+    switch (dtype) {
+      case c10::ScalarType::Long: {
+        const int64_t v = value.to<int64_t>();
+        return v >= -static_cast<int64_t>(kExact) && v <= static_cast<int64_t>(kExact);
+      }
+      case c10::ScalarType::UInt64:
+        return value.to<uint64_t>() <= kExact;
+      default:
+        return true;
+    }
+  }
+
+  void fill(const TensorRef& dst, const c10::Scalar& value, runtime::StreamHandle stream) override {
+#if TORCH_INFINI_OPS_HAS_FILL
+    double exact = 0;
+    AT_DISPATCH_V2(dst.dtype, "infiniops_fill",
+                   AT_WRAP([&] { exact = static_cast<double>(value.to<scalar_t>()); }),
+                   AT_EXPAND(AT_ALL_TYPES), at::kHalf, at::kBFloat16,
+                   AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+    infini::ops::Fill::Call(handle(dst, stream), config_, view(dst), exact, view(dst));
+#else
     unavailable("fill");
+#endif
   }
 
   void add(const TensorRef& out, const TensorRef& a, const TensorRef& b, double alpha,

@@ -59,6 +59,9 @@ EXPECTED_WITHOUT_OPINFO = [
     # GradScaler's kernels (tests/python/test_grad_scaler.py).
     "aten::_amp_foreach_non_finite_check_and_unscale_",
     "aten::_amp_update_scale_",
+    # The seam's convolution: op_db's conv OpInfos name conv1d/conv2d/conv3d,
+    # which call it (tests/python/test_ops_convolution.py).
+    "aten::_convolution",
     "aten::_copy_from",
     "aten::_copy_from_and_resize",
     # `param.data = t`, nn.Module.to() (tests/python/test_tied_parameters.py).
@@ -74,6 +77,7 @@ EXPECTED_WITHOUT_OPINFO = [
     "aten::_thnn_fused_gru_cell_backward",
     "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_lstm_cell_backward_impl",
+    "aten::convolution",
     "aten::record_stream",
     # set_() and the set_ forms (tests/python/test_set_storage.py).
     "aten::set_",
@@ -81,14 +85,18 @@ EXPECTED_WITHOUT_OPINFO = [
     "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor",
     # torch.ops.infini's fused operators (tests/python/test_fused_ops.py,
-    # test_fused_rms_norm_rotary.py).
+    # test_fused_rms_norm_rotary.py, test_fused_routing_sampling.py,
+    # test_paged_attention.py).
     "infini::causal_softmax",
     "infini::fused_add_rms_norm",
+    "infini::paged_attention",
+    "infini::reshape_and_cache_flash",
     "infini::rms_norm",
     "infini::rotary_embedding",
     "infini::rotary_embedding_functional",
     "infini::silu_and_mul",
     "infini::swiglu",
+    "infini::topk_softmax",
 ]
 
 # OpInfos whose results are uninitialized memory: only metadata is compared

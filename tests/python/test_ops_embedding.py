@@ -110,24 +110,27 @@ def test_max_norm_renormalizes_the_weight_in_place_as_on_the_cpu() -> None:
 
 @pytest.mark.parametrize("bad", [[10], [-1], [3, 11, 0], [[0, 1], [2, -3]]], ids=str)
 def test_an_index_out_of_range_raises_the_cpus_index_error(bad: list) -> None:
-    """Before anything is computed, with the fallback on or off: the CPU's
-    IndexError, never rows of whatever memory held."""
+    """Before anything is computed: the CPU's IndexError, never rows of
+    whatever memory held; with the fallback off too where the backend has
+    the kernel (elsewhere the refusal names the dtype and provider)."""
     w = make_cpu((10, 4), torch.float32, seed=4)
     idx = torch.tensor(bad)
     with raises_exactly(IndexError, match="index out of range in self"):
         torch.embedding(w, idx)
     w_dev, idx_dev = w.to(DEVICE), idx.to(DEVICE)
-    for mode in ("strict", "silent"):
-        context = (
-            torch_infini.cpu_fallback.strict()
-            if mode == "strict"
-            else torch_infini.cpu_fallback.allowed("silent")
-        )
-        with context, raises_exactly(IndexError, match="index out of range in self"):
+    with torch_infini.cpu_fallback.allowed("silent"):
+        with raises_exactly(IndexError, match="index out of range in self"):
             torch.embedding(w_dev, idx_dev)
-    # An empty weight has no row to name.
-    with raises_exactly(IndexError, match="index out of range in self"):
-        torch.embedding(torch.empty(0, 4, device=DEVICE), torch.tensor([0], device=DEVICE))
+    with expect_kernel("embedding", torch.float32):
+        with raises_exactly(IndexError, match="index out of range in self"):
+            torch.embedding(w_dev, idx_dev)
+    # A weight without rows: the CPU's own error.
+    for weight in (torch.empty(0, 4), torch.empty(0, 4, device=DEVICE)):
+        with (
+            torch_infini.cpu_fallback.allowed("silent"),
+            raises_exactly(RuntimeError, match="self indexing axis dim should be positive"),
+        ):
+            torch.embedding(weight, torch.tensor([0], device=weight.device))
     assert_matches(w_dev, w, exact=True)  # untouched
 
 

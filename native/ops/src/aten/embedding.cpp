@@ -43,8 +43,10 @@ at::Tensor embedding(const at::Tensor& weight, const at::Tensor& indices, int64_
       ": the infini kernel takes weight and indices on one infini "
       "device, got ",
       weight.device(), " and ", indices.device());
-  TORCH_CHECK_NOT_IMPLEMENTED(weight.dim() == 2, kName,
-                              ": the infini kernel takes a 2-D weight, got ", weight.dim(), "-D");
+  // (A weight without rows: the CPU's index_select raises its own error.)
+  TORCH_CHECK_NOT_IMPLEMENTED(weight.dim() == 2 && weight.size(0) > 0, kName,
+                              ": the infini kernel takes a 2-D weight with rows, got ",
+                              weight.sizes());
   TORCH_CHECK_NOT_IMPLEMENTED(
       indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt, kName,
       ": the infini kernel takes int64 or int32 indices, got ", indices.scalar_type());

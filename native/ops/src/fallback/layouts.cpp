@@ -2,7 +2,7 @@
 // infini in another layout (or shape) than the CPU kernel gives; what
 // torch.compile plans with is the prediction (issue 30, items 5 and 9), so
 // the result is made to match it after the CPU kernel ran. Convolutions
-// have their own file (convolution_fallback.cpp).
+// have their own file (fallback/convolution.cpp).
 //
 // * pixel_shuffle, channel_shuffle, native_channel_shuffle, max_unpool2d:
 //   the CPU kernel keeps a channels-last input's layout, the prediction

@@ -19,7 +19,7 @@ namespace torch_infini::ops {
 // NotImplementedError raised.
 void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The boxed fallback for an operator without an infini kernel (what
-// operators routed to it run; convolution_fallback.cpp wraps it).
+// operators routed to it run; fallback/convolution.cpp wraps it).
 void runInCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The refusal the next refusedKernelFallback call on this thread reports.
 void setPendingRefusal(std::string refusal);

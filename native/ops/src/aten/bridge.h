@@ -69,6 +69,13 @@ inline runtime::StreamHandle streamOf(const at::Tensor& t) {
   return currentNativeStreamUnchecked(t.device().index());
 }
 
+// `t`'s integers (indices, slots, lengths) as contiguous int64 on the host,
+// for the checks before a kernel that indexes memory with them unchecked:
+// a copy, and a wait for t's stream.
+inline at::Tensor integersOnHost(const at::Tensor& t) {
+  return t.to(at::kCPU).to(at::kLong).contiguous();
+}
+
 // Raises NotImplementedError unless the provider supports (op, dtype).
 inline void requireKernel(const char* aten_op, SeamOp op, c10::ScalarType dtype) {
   KernelProvider& k = selectedKernelProvider();

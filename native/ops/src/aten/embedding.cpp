@@ -28,7 +28,7 @@ constexpr const char* kName = "embedding";
 // The indices on the host, each in [0, rows): the CPU's error otherwise.
 void checkIndicesInRange(const at::Tensor& indices, int64_t rows) {
   if (indices.numel() == 0) return;
-  const at::Tensor host = indices.to(at::kCPU).to(at::kLong);
+  const at::Tensor host = integersOnHost(indices);
   const auto [low, high] = at::aminmax(host);
   TORCH_CHECK_INDEX(low.item<int64_t>() >= 0 && high.item<int64_t>() < rows,
                     "index out of range in self");

@@ -187,9 +187,6 @@ at::Tensor paged_attention_meta(const at::Tensor& query, const at::Tensor& key_c
 
 // ---- the infini kernels (the seam) --------------------------------------------------
 
-// `t` (integers, any device) as int64 on the host: what the checks read.
-at::Tensor onHost(const at::Tensor& t) { return t.to(at::kCPU).to(at::kLong).contiguous(); }
-
 // A unit stride in the last dimension (or a last dimension of one element).
 bool unitLast(const at::Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; }
 
@@ -208,7 +205,7 @@ void reshape_and_cache_flash_infini(const at::Tensor& key, const at::Tensor& val
   const int64_t tokens = slot_mapping.size(0);
   if (tokens == 0) return;
   const int64_t capacity = key_cache.size(0) * key_cache.size(1);
-  TORCH_CHECK(onHost(slot_mapping).max().item<int64_t>() < capacity, kCache,
+  TORCH_CHECK(integersOnHost(slot_mapping).max().item<int64_t>() < capacity, kCache,
               ": a slot is past the caches' ", capacity, " slots");
   if (key.size(1) == 0 || key.size(2) == 0) return;
   const at::Tensor k = unitLast(key) ? key : key.contiguous();
@@ -224,8 +221,8 @@ void reshape_and_cache_flash_infini(const at::Tensor& key, const at::Tensor& val
 // tokens: the kernel leaves its rows unwritten, the reference zeroes them).
 bool checkPages(const at::Tensor& block_tables, const at::Tensor& seq_lens, int64_t block_size,
                 int64_t num_blocks) {
-  const at::Tensor lengths = onHost(seq_lens);
-  const at::Tensor tables = onHost(block_tables);
+  const at::Tensor lengths = integersOnHost(seq_lens);
+  const at::Tensor tables = integersOnHost(block_tables);
   const auto length = lengths.accessor<int64_t, 1>();
   const auto table = tables.accessor<int64_t, 2>();
   const int64_t max_blocks = tables.size(1);

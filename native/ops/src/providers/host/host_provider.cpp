@@ -130,6 +130,11 @@ class Aliases {
   return aliases;
 }
 
+// An optional operand's view, kept by value for a queued task.
+std::optional<TensorRef> optionalRef(const TensorRef* ref) {
+  return ref == nullptr ? std::nullopt : std::optional<TensorRef>(*ref);
+}
+
 // `value` as the 0-dim wrapped-number CPU tensor PyTorch makes of a Python
 // number operand (double, int64, bool or complex double), one kept per type
 // and thread and refilled per call.
@@ -461,8 +466,7 @@ class HostKernels final : public KernelProvider {
   void rotaryEmbedding(const TensorRef& query, const TensorRef* key, const TensorRef& positions,
                        const TensorRef& cos_sin_cache, int64_t head_size, bool is_neox,
                        int64_t offset, bool inverse, runtime::StreamHandle stream) override {
-    const std::optional<TensorRef> key_ref =
-        key == nullptr ? std::nullopt : std::optional<TensorRef>(*key);
+    const std::optional<TensorRef> key_ref = optionalRef(key);
     submit(
         stream,
         [key_ref, head_size, is_neox, offset, inverse](
@@ -483,8 +487,7 @@ class HostKernels final : public KernelProvider {
 
   void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual, const TensorRef* weight,
                        float eps, runtime::StreamHandle stream) override {
-    const std::optional<TensorRef> weight_ref =
-        weight == nullptr ? std::nullopt : std::optional<TensorRef>(*weight);
+    const std::optional<TensorRef> weight_ref = optionalRef(weight);
     submit(
         stream,
         [weight_ref, eps](const TensorRef& x_ref, const TensorRef& r_ref) {
@@ -520,10 +523,8 @@ class HostKernels final : public KernelProvider {
                    const TensorRef& token_expert, const TensorRef& gating, const TensorRef* bias,
                    const TensorRef* is_padding, bool renormalize,
                    runtime::StreamHandle stream) override {
-    const std::optional<TensorRef> bias_ref =
-        bias == nullptr ? std::nullopt : std::optional<TensorRef>(*bias);
-    const std::optional<TensorRef> padding_ref =
-        is_padding == nullptr ? std::nullopt : std::optional<TensorRef>(*is_padding);
+    const std::optional<TensorRef> bias_ref = optionalRef(bias);
+    const std::optional<TensorRef> padding_ref = optionalRef(is_padding);
     submit(
         stream,
         [bias_ref, padding_ref, renormalize](const TensorRef& w_ref, const TensorRef& i_ref,
@@ -573,8 +574,7 @@ class HostKernels final : public KernelProvider {
                       const TensorRef& value_cache, const TensorRef& block_tables,
                       const TensorRef& seq_lens, const TensorRef* alibi_slopes, float scale,
                       runtime::StreamHandle stream) override {
-    const std::optional<TensorRef> alibi_ref =
-        alibi_slopes == nullptr ? std::nullopt : std::optional<TensorRef>(*alibi_slopes);
+    const std::optional<TensorRef> alibi_ref = optionalRef(alibi_slopes);
     submit(
         stream,
         [alibi_ref, scale](const TensorRef& o_ref, const TensorRef& q_ref, const TensorRef& kc_ref,
@@ -607,8 +607,7 @@ class HostKernels final : public KernelProvider {
                    const TensorRef* bias, const std::vector<int64_t>& stride,
                    const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
                    int64_t groups, runtime::StreamHandle stream) override {
-    const std::optional<TensorRef> bias_ref =
-        bias == nullptr ? std::nullopt : std::optional<TensorRef>(*bias);
+    const std::optional<TensorRef> bias_ref = optionalRef(bias);
     submit(
         stream,
         [bias_ref, stride, padding, dilation, groups](

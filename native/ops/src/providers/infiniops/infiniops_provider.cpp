@@ -366,8 +366,7 @@ class InfiniOpsKernels final : public KernelProvider {
     countNonCpuKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_ROTARY_EMBEDDING
     // InfiniOps' argument order: positions, query, key, cache, then the numbers.
-    std::optional<infini::ops::Tensor> key_view;
-    if (key != nullptr) key_view.emplace(view(*key));  // TensorView is not assignable
+    const std::optional<infini::ops::Tensor> key_view = optionalView(key);
     infini::ops::RotaryEmbedding::Call(handle(query, stream), config_, view(positions), view(query),
                                        key_view, view(cos_sin_cache), head_size, is_neox, offset,
                                        inverse);
@@ -381,8 +380,7 @@ class InfiniOpsKernels final : public KernelProvider {
     countNonCpuKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_FUSED_ADD_RMS_NORM
     // InfiniOps' argument order: input, residual (both written), weight, eps.
-    std::optional<infini::ops::Tensor> weight_view;
-    if (weight != nullptr) weight_view.emplace(view(*weight));
+    const std::optional<infini::ops::Tensor> weight_view = optionalView(weight);
     infini::ops::FusedAddRmsNorm::Call(handle(input, stream), config_, view(input), view(residual),
                                        weight_view, eps);
 #else
@@ -414,10 +412,8 @@ class InfiniOpsKernels final : public KernelProvider {
 #if TORCH_INFINI_OPS_HAS_TOPK_SOFTMAX
     // InfiniOps' argument order: gating_output, bias, is_padding, renormalize,
     // then the three outputs.
-    std::optional<infini::ops::Tensor> bias_view;
-    if (bias != nullptr) bias_view.emplace(view(*bias));
-    std::optional<infini::ops::Tensor> padding_view;
-    if (is_padding != nullptr) padding_view.emplace(view(*is_padding));
+    const std::optional<infini::ops::Tensor> bias_view = optionalView(bias);
+    const std::optional<infini::ops::Tensor> padding_view = optionalView(is_padding);
     infini::ops::TopkSoftmax::Call(handle(weights, stream), config_, view(gating), bias_view,
                                    padding_view, renormalize, view(weights), view(indices),
                                    view(token_expert));
@@ -453,8 +449,7 @@ class InfiniOpsKernels final : public KernelProvider {
                       runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_PAGED_ATTENTION_INFINILM
-    std::optional<infini::ops::Tensor> alibi_view;
-    if (alibi_slopes != nullptr) alibi_view.emplace(view(*alibi_slopes));
+    const std::optional<infini::ops::Tensor> alibi_view = optionalView(alibi_slopes);
     infini::ops::PagedAttentionInfinilm::Call(
         handle(out, stream), config_, view(query), view(key_cache), view(value_cache),
         view(block_tables), view(seq_lens), alibi_view, scale, view(out));
@@ -469,8 +464,7 @@ class InfiniOpsKernels final : public KernelProvider {
                    int64_t groups, runtime::StreamHandle stream) override {
     countNonCpuKernelLaunch();
 #if TORCH_INFINI_OPS_HAS_CONVOLUTION
-    std::optional<infini::ops::Tensor> bias_view;
-    if (bias != nullptr) bias_view.emplace(view(*bias));
+    const std::optional<infini::ops::Tensor> bias_view = optionalView(bias);
     const std::vector<int64_t> no_output_padding(stride.size(), 0);
     infini::ops::Convolution::Call(handle(out, stream), config_, view(input), view(weight),
                                    bias_view, stride, padding, dilation, /*transposed=*/false,
@@ -537,6 +531,13 @@ class InfiniOpsKernels final : public KernelProvider {
     TORCH_INTERNAL_ASSERT(dtype.has_value(), "infiniops: unsupported dtype reached a kernel");
     return infini::ops::Tensor(ref.data, shape, *dtype,
                                InfiniDevice(type_, ref.device < 0 ? 0 : ref.device), strides);
+  }
+
+  // An optional operand's view (none where `ref` is null).
+  std::optional<infini::ops::Tensor> optionalView(const TensorRef* ref) const {
+    std::optional<infini::ops::Tensor> v;
+    if (ref != nullptr) v.emplace(view(*ref));  // TensorView is not assignable
+    return v;
   }
 
   // One element of -0.0 in float16 and bfloat16 alike (bit pattern 0x8000)

@@ -83,6 +83,42 @@ def test_a_cpu_tensor_argument_raises_the_device_error_as_before() -> None:
     assert_bitwise_equal(torch.atan2(ai, torch.tensor(0.5)), torch.atan2(a, torch.tensor(0.5)))
 
 
+def test_a_python_number_beside_infini_tensors_takes_the_direct_route() -> None:
+    """`x / 3`, `grad / n`, `x.div_(n)`: a 0-dim CPU tensor beside infini
+    tensors (where CUDA's TensorIterator takes one) does not send the call
+    through a meta function, an allocation and .out: the CPU's functional or
+    in-place kernel runs once. Values, strides and in-place writes as on the
+    CPU; what CUDA refuses still raises, before anything runs."""
+    a, ai = _pair((6, 4))
+    x, xi = a.t(), ai.t()  # a transposed input: the result's strides follow it
+    fallback.reset_stats()
+    for fn in (
+        lambda t: t / 3.0,
+        lambda t: torch.atan2(t, torch.tensor(0.5)),
+        lambda t: torch.pow(t, torch.tensor(3.0)),
+    ):
+        got, want = fn(xi), fn(x)
+        assert_bitwise_equal(got, want)
+        assert got.stride() == want.stride()
+    assert set(fallback.stats()) == {"aten::div.Tensor", "aten::atan2", "aten::pow.Tensor_Tensor"}
+
+    fallback.reset_stats()
+    view, view_cpu = ai[1:, ::2], a[1:, ::2]
+    version = ai._version
+    view.div_(7.0)
+    view_cpu.div_(7.0)
+    assert ai._version == version + 1
+    assert_bitwise_equal(ai, a)
+    assert set(fallback.stats()) == {"aten::div_.Tensor"}
+
+    fallback.reset_stats()
+    with raises_exactly(RuntimeError, match="Trying to pass too many CPU scalars"):
+        torch.lerp(ai, torch.tensor(0.5), torch.tensor(0.3))
+    with raises_exactly(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.tensor(2.0).div_(ai[0, 0])  # an in-place self is an output: never a CPU scalar
+    assert fallback.stats() == {}
+
+
 def test_autograd_through_a_structured_form() -> None:
     (a, ai), (b, bi) = _pair((7,)), _pair((7,), seed=1)
     a.requires_grad_()

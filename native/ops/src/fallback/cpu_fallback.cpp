@@ -395,8 +395,10 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    so the output geometry is computed once, not twice. Where device
 //    memory is host memory the CPU kernel allocates the result in device
 //    memory itself (fallback/aliased_memory.cpp); elsewhere nothing is staged for an
-//    output before the kernel runs. Calls with CPU tensor arguments (whose
-//    device errors the meta function raises) take the default path.
+//    output before the kernel runs. A 0-dim CPU tensor beside them (a
+//    Python number) is taken where CUDA's TensorIterator takes it; calls
+//    with other CPU tensor arguments (whose device errors the meta function
+//    raises) take the default path.
 // 5. The foreach operators (_foreach_add_, _foreach_lerp_, ...: what the
 //    optimizers' steps are made of). Every backend without a kernel of its
 //    own, the CPU included, runs their CompositeExplicitAutograd loop of
@@ -482,16 +484,28 @@ const std::vector<std::string>& structuredForms() {
   return names;
 }
 
-// Every tensor argument is an infini tensor (none on the CPU, not even a
-// 0-dim one): the direct CPU kernel sees what the meta function would.
-bool onlyInfiniTensors(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
-  bool only = true;
-  for (size_t i = stack.size() - schema.arguments().size(); i < stack.size() && only; ++i) {
+// Whether the CPU kernel of a structured operator's functional or in-place
+// form can run directly: every tensor argument is an infini tensor, or a
+// 0-dim CPU tensor (a Python number: `x / 3`, `grad / n`) beside them where
+// the operator is a TensorIterator one, which takes one CPU scalar on CUDA.
+// The direct kernel then sees what the meta function would, and runOnCpu's
+// device check raises what CUDA raises (two CPU scalars, a written one).
+// Other CPU tensors take the default path, whose meta function raises.
+bool directlyCallable(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  bool cpu_scalar = false;
+  bool other = false;
+  for (size_t i = stack.size() - schema.arguments().size(); i < stack.size() && !other; ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (t.defined() && t.device().type() != c10::DeviceType::PrivateUse1) only = false;
+      if (!t.defined() || t.device().type() == c10::DeviceType::PrivateUse1) return;
+      if (t.is_cpu() && t.dim() == 0) {
+        cpu_scalar = true;
+      } else {
+        other = true;
+      }
     });
   }
-  return only;
+  return !other && (!cpu_scalar || stateFor(op).device_check == DeviceCheck::kTensorIterator);
 }
 
 bool isForeach(const c10::OperatorHandle& op) {
@@ -523,7 +537,7 @@ void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void structuredFormFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (onlyInfiniTensors(op.schema(), *stack)) {
+  if (directlyCallable(op, *stack)) {
     runOnCpu(op, stack, std::string());
     return;
   }

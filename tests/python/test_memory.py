@@ -565,6 +565,28 @@ def test_free_and_reallocate_loop_does_not_reserve_more() -> None:
     assert after["allocated_bytes.all.current"] == base["allocated_bytes.all.current"]
 
 
+@pytest.mark.parametrize("nbytes", [512, 32 * 1024, MiB])
+def test_the_small_block_freed_last_is_reused_first(nbytes: int) -> None:
+    """A small size freed and allocated again (a model's activations, every
+    step) gets the block freed last, still in the CPU's caches, not the pool's
+    best fit (the lower address); statistics read the merged state all the
+    same."""
+    base = clean_baseline()
+    first, second = empty_bytes(nbytes), empty_bytes(nbytes)
+    assert second.data_ptr() == first.data_ptr() + nbytes  # neighbours in one segment
+    second_ptr = second.data_ptr()
+    del first, second
+    again = empty_bytes(nbytes)
+    assert again.data_ptr() == second_ptr
+    assert counter_deltas(base, stats()) == counters(alloc=1)
+    del again
+    assert current_deltas(base, stats()) == expected_current(
+        "small_pool", segment=1, reserved_bytes=2 * MiB
+    )
+    torch.infini.empty_cache()
+    assert current_deltas(base, stats()) == {}
+
+
 def test_large_block_reused_for_a_smaller_large_request() -> None:
     clean_baseline()
     x = empty_bytes(4 * MiB)

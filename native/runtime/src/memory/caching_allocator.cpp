@@ -43,9 +43,12 @@ constexpr size_t kLargeBuffer = 20 << 20;    // segment for medium requests
 constexpr size_t kMinLargeAlloc = 10 << 20;  // above this, segments fit the request
 constexpr size_t kRoundLarge = 2 << 20;      // rounding of large segments
 // Freed small blocks of up to kHotMaxSize are kept whole, at most
-// kHotPerSize of each size (see DeviceCache::hot).
-constexpr size_t kHotMaxSize = 8 << 10;
-constexpr size_t kHotPerSize = 4;
+// kHotPerSize of each size (see DeviceCache::hot). Every small size: a
+// model's activations (16 KiB to 1 MiB in a small transformer) are reused
+// as often as its scalars (a transformers Llama's forward: 92 -> 78 us over
+// the CPU's 730 with 8 KiB and 4 per size before).
+constexpr size_t kHotMaxSize = kSmallSize;
+constexpr size_t kHotPerSize = 8;
 
 size_t roundSize(size_t size) {
   return size < kMinBlockSize ? kMinBlockSize
@@ -575,10 +578,11 @@ class Allocator final : public CachingDeviceAllocator {
 
   // Every hot block into the pool, merged with its free neighbours.
   static void flushHot(DeviceCache& cache) {
-    if (cache.hot_blocks == 0) return;
-    for (std::vector<Block*>& blocks : cache.hot) {
-      for (Block* block : blocks) returnToPool(cache, block);
-      blocks.clear();
+    size_t left = cache.hot_blocks;
+    for (auto it = cache.hot.begin(); left > 0 && it != cache.hot.end(); ++it) {
+      for (Block* block : *it) returnToPool(cache, block);
+      left -= it->size();
+      it->clear();
     }
     cache.hot_blocks = 0;
   }

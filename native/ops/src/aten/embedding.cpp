@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "aten/bridge.h"
@@ -29,9 +30,11 @@ constexpr const char* kName = "embedding";
 void checkIndicesInRange(const at::Tensor& indices, int64_t rows) {
   if (indices.numel() == 0) return;
   const at::Tensor host = integersOnHost(indices);
-  const auto [low, high] = at::aminmax(host);
-  TORCH_CHECK_INDEX(low.item<int64_t>() >= 0 && high.item<int64_t>() < rows,
-                    "index out of range in self");
+  // A scan of the host copy: no reduction kernel and scalar reads per call
+  // (generation embeds one token per step).
+  const int64_t* first = host.const_data_ptr<int64_t>();
+  const auto [low, high] = std::minmax_element(first, first + host.numel());
+  TORCH_CHECK_INDEX(*low >= 0 && *high < rows, "index out of range in self");
 }
 
 at::Tensor embedding(const at::Tensor& weight, const at::Tensor& indices, int64_t /*padding_idx*/,

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import assert_bitwise_equal, make_cpu, requires_two_devices
+from op_helpers import assert_matches
 
 DEVICE = torch.device("infini", 0)
 HOST_ADDRESSABLE = bool(torch_infini._C._capabilities()["host_addressable"])
@@ -90,8 +91,9 @@ def test_gradients_are_the_cpus() -> None:
     with torch_infini.cpu_fallback.allowed("silent"):
         dev(x.to(DEVICE)).square().sum().backward()
     for p, q in zip(dev.parameters(), model.parameters(), strict=True):
-        assert_bitwise_equal(p.grad, q.grad)
-        assert p.grad.stride() == q.grad.stride()
+        # bit for bit where the CPU's kernels run (host); InfiniOps' matrix
+        # products elsewhere: PyTorch's tolerances
+        assert_matches(p.grad, q.grad, check_stride=True)
 
 
 def test_a_node_runs_on_its_forwards_stream() -> None:
@@ -117,7 +119,9 @@ def test_a_node_runs_on_its_forwards_stream() -> None:
 def test_backward_passes_from_several_threads_at_once() -> None:
     torch.manual_seed(0)
     reference = torch.nn.Linear(32, 32)
-    x = make_cpu((16, 32), torch.float32, seed=2)
+    x = torch.randn(
+        16, 32, generator=torch.Generator().manual_seed(2)
+    )  # unit scale: tanh unsaturated
     reference(x).tanh().sum().backward()
     errors: list[BaseException] = []
     results: list[torch.Tensor] = []
@@ -142,7 +146,7 @@ def test_backward_passes_from_several_threads_at_once() -> None:
     assert not errors, errors
     assert len(results) == 4
     for grad in results:
-        assert_bitwise_equal(grad, reference.weight.grad)
+        assert_matches(grad, reference.weight.grad, device=None)
 
 
 @requires_two_devices

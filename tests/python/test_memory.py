@@ -707,6 +707,12 @@ def test_accelerator_memory_stats_has_the_same_keys() -> None:
 
 
 def test_accelerator_get_memory_info_agrees() -> None:
+    # InfiniRT cpu reports the host's free memory, which other processes
+    # (the other test worker) move between two reads: the two calls must
+    # agree on one of a few back-to-back pairs.
+    for _ in range(4):
+        if tuple(torch.accelerator.get_memory_info()) == torch.infini.mem_get_info():
+            return
     assert tuple(torch.accelerator.get_memory_info()) == torch.infini.mem_get_info()
 
 

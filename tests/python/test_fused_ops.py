@@ -264,6 +264,27 @@ def test_causal_softmax_special_values(dtype: torch.dtype) -> None:
         _assert_gradient("infini::causal_softmax", got, want, device)
 
 
+@pytest.mark.parametrize("dtype", kernel_dtypes("infini::causal_softmax"), ids=str)
+def test_causal_softmax_of_one_query_is_the_rows_softmax(dtype: torch.dtype) -> None:
+    """A decoding step (s = 1, after t - 1 cached keys) masks nothing: each
+    row's softmax as PyTorch computes it (in float for the half types, as
+    the kernel), infinities and NaN included; 2-D and 3-D inputs."""
+    x = make_cpu((4, 1, 7), torch.float64, seed=9) / 50
+    x[1, 0, 2], x[2, 0, 0], x[3, 0, 5] = float("-inf"), float("inf"), float("nan")
+    x = x.to(dtype)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    for inputs in (x, x[0]):
+        expected = torch.softmax(inputs.to(wide), -1).to(dtype)
+        for got in (
+            torch_infini.ops.causal_softmax(inputs),
+            torch_infini.ops.causal_softmax(inputs.to(DEVICE)),
+        ):
+            if _same_kernel() or got.device.type == "cpu":
+                _assert_same_nans_else_bits(got, expected)
+            else:
+                assert_matches(got, expected)
+
+
 def test_causal_softmax_is_masked_softmax() -> None:
     """Row i of [s, t] attends to the t - s cached keys and the first i + 1
     new ones: PyTorch's softmax under that mask, exactly 0 elsewhere; 4-D

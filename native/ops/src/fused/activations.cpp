@@ -97,8 +97,19 @@ void siluAndMulInto(const at::Tensor& out, const at::Tensor& x) {
 void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x) {
   const int64_t s = x.size(-2);
   const int64_t t = x.size(-1);
-  const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
   const c10::ScalarType w = wide(x.scalar_type());
+  if (s == 1) {
+    // One query after t - 1 cached keys (a decoding step): it sees every
+    // key, nothing is masked, and the result is the row's softmax: no mask
+    // to build and apply (four operators less per call).
+    if (out.scalar_type() == w) {
+      at::_softmax_out(const_cast<at::Tensor&>(out), x.to(w), -1, /*half_to_float=*/false);
+    } else {
+      out.copy_(at::softmax(x.to(w), -1));
+    }
+    return;
+  }
+  const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
   // 0 in the masked entries whatever the row holds (softmax alone gives NaN
   // there in a row with NaN or +inf allowed), as InfiniOps' kernel writes them.
   const at::Tensor outside = masked.logical_not();

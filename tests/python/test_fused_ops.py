@@ -227,6 +227,20 @@ def _assert_same_nans_else_bits(got: torch.Tensor, want: torch.Tensor) -> None:
     assert torch.equal(bit_patterns(got[finite]), bit_patterns(want[finite])), (got, want)
 
 
+def _assert_causal_softmax_on_both(x: torch.Tensor, expected: torch.Tensor) -> None:
+    """infini::causal_softmax of CPU ``x`` and of its infini copy: NaN where
+    ``expected`` has them, its bits elsewhere (PyTorch's tolerances where
+    infini runs another kernel)."""
+    for got in (
+        torch_infini.ops.causal_softmax(x),
+        torch_infini.ops.causal_softmax(x.to(DEVICE)),
+    ):
+        if _same_kernel() or got.device.type == "cpu":
+            _assert_same_nans_else_bits(got, expected)
+        else:
+            assert_matches(got, expected)
+
+
 @pytest.mark.parametrize("dtype", kernel_dtypes("infini::causal_softmax"), ids=str)
 def test_causal_softmax_special_values(dtype: torch.dtype) -> None:
     """NaN and infinities in the masked entries do not leak into a row, -inf
@@ -247,14 +261,7 @@ def test_causal_softmax_special_values(dtype: torch.dtype) -> None:
     expected = fused_oracles.causal_softmax(x)
     assert bool(expected[2, 0, :3].isnan().all()) and bool(expected[0].isfinite().all())
     assert bool((expected[2, 0, 3:] == 0).all())  # masked: 0 even in a row of NaN
-    for got in (
-        torch_infini.ops.causal_softmax(x),
-        torch_infini.ops.causal_softmax(x.to(DEVICE)),
-    ):
-        if _same_kernel() or got.device.type == "cpu":
-            _assert_same_nans_else_bits(got, expected)
-        else:
-            assert_matches(got, expected)
+    _assert_causal_softmax_on_both(x, expected)
     rows = finite_rows[:2].to(dtype)
     grad = make_cpu(tuple(rows.shape), dtype, seed=8)
     (want,) = _gradients(fused_oracles.causal_softmax, [rows], grad, "cpu")
@@ -274,15 +281,7 @@ def test_causal_softmax_of_one_query_is_the_rows_softmax(dtype: torch.dtype) -> 
     x = x.to(dtype)
     wide = torch.float64 if dtype == torch.float64 else torch.float32
     for inputs in (x, x[0]):
-        expected = torch.softmax(inputs.to(wide), -1).to(dtype)
-        for got in (
-            torch_infini.ops.causal_softmax(inputs),
-            torch_infini.ops.causal_softmax(inputs.to(DEVICE)),
-        ):
-            if _same_kernel() or got.device.type == "cpu":
-                _assert_same_nans_else_bits(got, expected)
-            else:
-                assert_matches(got, expected)
+        _assert_causal_softmax_on_both(inputs, torch.softmax(inputs.to(wide), -1).to(dtype))
 
 
 def test_causal_softmax_is_masked_softmax() -> None:

@@ -72,16 +72,16 @@ def _backward_on_the_calling_thread() -> None:
     import torch.autograd as autograd
 
     run_backward = autograd._engine_run_backward
-    on_the_caller: list[bool] = []  # fixed once the runtime exists (it does, with infini roots)
+
+    @functools.cache  # fixed once the runtime exists (it does, with infini roots)
+    def host_addressable() -> bool:
+        from . import _backend
+
+        return _backend.host_addressable()
 
     def runs_on_the_caller(roots: Any) -> bool:
-        if not any(isinstance(t, torch.Tensor) and t.device.type == "infini" for t in roots):
-            return False
-        if not on_the_caller:
-            from . import _backend
-
-            on_the_caller.append(_backend.host_addressable())
-        return on_the_caller[0]
+        infini = any(isinstance(t, torch.Tensor) and t.device.type == "infini" for t in roots)
+        return infini and host_addressable()
 
     @functools.wraps(run_backward)
     def _engine_run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:

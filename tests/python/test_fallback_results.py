@@ -101,6 +101,12 @@ def test_a_python_number_beside_infini_tensors_takes_the_direct_route() -> None:
         assert_bitwise_equal(got, want)
         assert got.stride() == want.stride()
     assert set(fallback.stats()) == {"aten::div.Tensor", "aten::atan2", "aten::pow.Tensor_Tensor"}
+    # Gradients through it (DivBackward divides by the number too).
+    xg, xig = x.clone().requires_grad_(), xi.clone().requires_grad_()
+    (xg / 3.0).square().sum().backward()
+    (xig / 3.0).square().sum().backward()
+    assert_bitwise_equal(xig.grad, xg.grad)
+    assert xig.grad.stride() == xg.grad.stride()
 
     fallback.reset_stats()
     view, view_cpu = ai[1:, ::2], a[1:, ::2]

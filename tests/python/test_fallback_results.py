@@ -14,8 +14,11 @@ oracle, bit for bit.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -139,6 +142,202 @@ def test_off_mode_names_the_functional_operator() -> None:
     with fallback.strict():
         with raises_exactly(NotImplementedError, match="'aten::atan2' has no infini kernel"):
             torch.atan2(ai, ai)
+
+
+# ------------------------------ typed entries of unary and binary forms
+#
+# Structured functional forms over one or two tensors (atan2, hypot, exp,
+# div.Tensor, eq.Tensor, ...) are registered unboxed: a call of plain infini
+# tensors on one device that the policy lets run quietly goes to the CPU
+# kernel without a stack; every other call takes the boxed route. Whichever
+# it takes, a user sees the CPU's values and strides, the policy's warnings
+# and errors, and one counted call.
+
+# (name in the fallback's statistics, call, dtypes)
+_TYPED_FORMS = [
+    ("aten::atan2", torch.atan2, (torch.float32, torch.float64, torch.int32)),
+    ("aten::hypot", torch.hypot, (torch.float32, torch.bfloat16)),
+    ("aten::xlogy.Tensor", torch.xlogy, (torch.float32, torch.float16)),
+    ("aten::eq.Tensor", torch.eq, (torch.float32, torch.int64, torch.bool)),
+    ("aten::pow.Tensor_Tensor", torch.pow, (torch.float64, torch.int16)),
+    ("aten::bitwise_xor.Tensor", torch.bitwise_xor, (torch.int8, torch.bool)),
+    ("aten::div.Tensor", torch.div, (torch.float32, torch.int32)),
+    ("aten::erfinv", torch.erfinv, (torch.float32, torch.float64)),
+    ("aten::exp", torch.exp, (torch.float32, torch.complex64)),
+    ("aten::sgn", torch.sgn, (torch.complex128, torch.int32)),
+    ("aten::all", torch.all, (torch.float32, torch.bool)),
+]
+
+
+def _layouts(t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A tensor of shape (6, 4) in the layouts a caller may pass, made by the
+    same calls on either device (`.to()` would make the strided ones dense)."""
+    return {
+        "contiguous": t,
+        "transposed": t.t().contiguous().t(),
+        "offset view": torch.cat([t, t]).view(12, 4)[3:9],
+        "strided": torch.stack([t, t], dim=-1)[..., 1],
+        "expanded": t[:1].expand(6, 4),
+    }
+
+
+def _typed_inputs(
+    dtype: torch.dtype, seed: int
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The layouts on the CPU and on infini, over the same values."""
+    cpu = make_cpu((6, 4), dtype, seed)
+    if dtype.is_floating_point:
+        cpu = cpu.clamp(-0.9, 0.9)  # inside erfinv's domain
+    return _layouts(cpu), _layouts(cpu.to(DEVICE))
+
+
+@pytest.mark.parametrize(
+    ("name", "op", "dtype"),
+    [pytest.param(n, op, d, id=f"{n}-{d}") for n, op, dtypes in _TYPED_FORMS for d in dtypes],
+)
+def test_unary_and_binary_forms_match_the_cpu_in_every_layout(
+    name: str, op: Callable[..., torch.Tensor], dtype: torch.dtype
+) -> None:
+    binary = op.__name__ not in {"erfinv", "exp", "sgn", "all"}
+    (firsts, firsts_i), (seconds, seconds_i) = _typed_inputs(dtype, 0), _typed_inputs(dtype, 1)
+    for layout, a in firsts.items():
+        ai = firsts_i[layout]
+        if binary:
+            cases = [
+                ((a, seconds[layout]), (ai, seconds_i[layout])),
+                ((a, a), (ai, ai)),  # one storage twice
+                ((a, seconds["contiguous"][:1]), (ai, seconds_i["contiguous"][:1])),  # broadcast
+            ]
+        else:
+            cases = [((a,), (ai,))]
+        for args, args_i in cases:
+            assert [t.stride() for t in args_i] == [t.stride() for t in args]
+            want, got = op(*args), op(*args_i)
+            assert_bitwise_equal(got, want)
+            assert got.stride() == want.stride(), (layout, got.stride(), want.stride())
+    # A 0-dim infini operand and an empty one, as the CPU's.
+    scalar, empty = make_cpu((), dtype, 2), make_cpu((0, 4), dtype, 3)
+    for args in [(scalar, scalar), (empty, empty[:, :1])] if binary else [(scalar,), (empty,)]:
+        assert_bitwise_equal(op(*(t.to(DEVICE) for t in args)), op(*args))
+    assert name in fallback.stats(), "served by the fallback's structured form"
+
+
+def test_every_typed_call_is_counted_once_and_copies_nothing() -> None:
+    (a, ai), (b, bi) = _pair((5,)), _pair((5,), seed=1)
+    fallback.reset_stats()
+    for _ in range(7):
+        assert_bitwise_equal(torch.atan2(ai, bi), torch.atan2(a, b))
+    assert_bitwise_equal(torch.exp(ai), torch.exp(a))
+    stats = fallback.stats()
+    assert {name: s.calls for name, s in stats.items()} == {"aten::atan2": 7, "aten::exp": 1}
+    if HOST_ADDRESSABLE:
+        assert all(s.bytes_copied == 0 for s in stats.values())
+    else:  # staged through pinned memory
+        assert stats["aten::atan2"].bytes_copied > 0
+
+
+def test_the_policy_holds_after_quiet_typed_calls() -> None:
+    """Calls that ran quietly never make the next call skip the policy:
+    strict mode and the deny list refuse it, an allow list admits it."""
+    ai = _pair((3,))[1]
+    for _ in range(3):
+        torch.hypot(ai, ai)
+    with fallback.strict():
+        with raises_exactly(NotImplementedError, match="'aten::hypot' has no infini kernel"):
+            torch.hypot(ai, ai)
+    try:
+        fallback.deny(["aten::hypot"])
+        with raises_exactly(NotImplementedError, match="'aten::hypot' has no infini kernel"):
+            torch.hypot(ai, ai)
+        fallback.deny([])
+        fallback.allow(["aten::hypot"])
+        with fallback.strict():
+            assert_bitwise_equal(torch.hypot(ai, ai), torch.hypot(ai.cpu(), ai.cpu()))
+    finally:
+        fallback.deny([])
+        fallback.allow([])
+
+
+def test_warn_mode_warns_once_even_after_silent_calls() -> None:
+    """The first call in warn mode warns, though the operator ran silently
+    before; later calls do not (a fresh process: warnings are per process)."""
+    script = textwrap.dedent(
+        """
+        import warnings, torch, torch_infini
+        fallback = torch_infini.cpu_fallback
+        x = torch.rand(4, device="infini")
+        fallback.set_mode("silent")
+        for _ in range(3):
+            torch.special.i1(x)
+        fallback.set_mode("warn")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.special.i1(x)
+        print(sum("'aten::special_i1' ran on the CPU" in str(w.message) for w in caught))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split()[-1] == "1", done.stdout + done.stderr
+
+
+def test_conjugate_and_negative_views_and_numbers_as_on_the_cpu() -> None:
+    """Arguments with a conjugate or negative bit (PyTorch resolves them
+    before a backend's kernel of these operators) and Python numbers (the
+    boxed route takes them) give the CPU's results."""
+    z = make_cpu((4, 3), torch.complex64, 0)
+    zi = z.to(DEVICE)
+    assert_bitwise_equal(torch.exp(zi.conj()), torch.exp(z.conj()))
+    assert_bitwise_equal(torch.sgn(zi.conj()), torch.sgn(z.conj()))
+    y, yi = _pair((4, 3), seed=1)
+    negative, negative_i = z.conj().imag, zi.conj().imag
+    assert negative_i.is_neg()
+    assert_bitwise_equal(torch.atan2(negative_i, yi), torch.atan2(negative, y))
+    assert_bitwise_equal(torch.atan2(yi, negative_i), torch.atan2(y, negative))
+    assert_bitwise_equal(torch.hypot(yi, torch.tensor(2.0)), torch.hypot(y, torch.tensor(2.0)))
+
+
+def test_gradients_through_typed_forms_match_the_cpu() -> None:
+    (a, ai), (b, bi) = _pair((5, 3)), _pair((5, 3), seed=1)
+    grads = []
+    for x, y in ((a, b), (ai, bi)):
+        x, y = x.t().requires_grad_(), y.t().requires_grad_()
+        (torch.hypot(x, y) * torch.xlogy(x.abs() + 1, y.exp())).sum().backward()
+        grads.append((x.grad, y.grad))
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert_bitwise_equal(got, want)
+        assert got.stride() == want.stride()
+
+
+@pytest.mark.requires_two_devices
+def test_operands_on_two_infini_devices_raise_cudas_error() -> None:
+    x = torch.rand(3, device=DEVICE)
+    with raises_exactly(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.atan2(x, torch.rand(3, device="infini:1"))
+    assert torch.atan2(x.to("infini:1"), x.to("infini:1")).device == torch.device("infini", 1)
+
+
+def test_typed_calls_from_threads_get_their_own_results() -> None:
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            (a, ai), (b, bi) = _pair((33,), seed), _pair((33,), seed + 100)
+            b, bi = b.clamp(-0.9, 0.9), bi.clamp(-0.9, 0.9)
+            for _ in range(200):
+                assert_bitwise_equal(torch.atan2(ai, bi), torch.atan2(a, b))
+                assert_bitwise_equal(torch.erfinv(bi), torch.erfinv(b))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 # ---------------------------------------------- results in device memory

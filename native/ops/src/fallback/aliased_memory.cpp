@@ -327,6 +327,16 @@ class Aliaser {
   c10::SmallVector<c10::StorageImpl*, 2> grown_;  // allowGrowth
 };
 
+// The keys of an infini tensor as at::empty makes it: the backend's, and
+// the autograd and autocast keys PyTorch adds to every tensor.
+c10::DispatchKeySet plainInfiniKeys() {
+  constexpr auto kBackend = c10::BackendComponent::PrivateUse1Bit;
+  static const c10::DispatchKeySet keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
+                                          c10::getAutogradRelatedKeySetFromBackend(kBackend) |
+                                          c10::getAutocastRelatedKeySetFromBackend(kBackend);
+  return keys;
+}
+
 bool isResizeRefusal(const c10::Error& e) {
   return std::string(e.what_without_backtrace()).find("not resizable") != std::string::npos;
 }
@@ -426,6 +436,30 @@ void updateMutableArguments(const MutableAliases& aliases, const Arguments& orig
 }
 
 }  // namespace
+
+std::optional<at::Tensor> runFunctionalOnCpuAliases(
+    const c10::OperatorHandle& op, c10::ArrayRef<const at::Tensor*> args,
+    c10::function_ref<at::Tensor(c10::ArrayRef<at::Tensor>)> kernel, int64_t* bytes_copied) {
+  const c10::DispatchKeySet plain = plainInfiniKeys();
+  for (const at::Tensor* t : args) {
+    if (!t->defined() || (t->key_set() | plain) != plain || t->layout() != c10::kStrided ||
+        t->device() != args[0]->device()) {
+      return std::nullopt;
+    }
+  }
+  // A profiler records the CPU call nested in the infini one: callCpuKernel.
+  if (at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) return std::nullopt;
+  ThreadState& thread = thread_state;
+  Aliaser aliaser(thread.aliases);
+  c10::SmallVector<at::Tensor, 2> cpu;
+  for (const at::Tensor* t : args) cpu.push_back(aliaser.toCpu(*t));
+  std::optional<RedirectCpuAllocations> redirect;
+  prepareDevice(aliaser, /*functional=*/true, &redirect);
+  const RunningOperator running(thread.running, op);
+  at::Tensor result = kernel(cpu);
+  cpu.clear();  // the aliases back to the pool
+  return aliaser.toInfini(std::move(result), bytes_copied);
+}
 
 bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                      int64_t* bytes_copied) {

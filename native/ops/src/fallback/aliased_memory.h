@@ -5,7 +5,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <c10/util/ArrayRef.h>
+#include <c10/util/FunctionRef.h>
+
 #include <cstdint>
+#include <optional>
 
 namespace torch_infini::ops {
 
@@ -15,5 +19,16 @@ namespace torch_infini::ops {
 // argument the CPU kernel needs to resize).
 bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                      int64_t* bytes_copied);
+
+// A functional call without a stack, for the typed entries of the
+// structured forms (cpu_fallback.cpp): `kernel` runs the CPU kernel on CPU
+// aliases of `args`, and its result comes back an infini tensor, as
+// runOnCpuAliases would make it. Nothing, before any effect, unless every
+// argument is a plain strided infini tensor (no conjugate, negative or
+// Python key) and all are on one device, and no profiler records operators:
+// then the caller takes the boxed route.
+std::optional<at::Tensor> runFunctionalOnCpuAliases(
+    const c10::OperatorHandle& op, c10::ArrayRef<const at::Tensor*> args,
+    c10::function_ref<at::Tensor(c10::ArrayRef<at::Tensor>)> kernel, int64_t* bytes_copied);
 
 }  // namespace torch_infini::ops

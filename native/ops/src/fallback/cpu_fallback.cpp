@@ -33,6 +33,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "torch_infini/runtime/backend_selection.h"
 
@@ -170,6 +171,15 @@ std::string firstDtype(const torch::jit::Stack& stack, size_t first, size_t coun
   return dtype;
 }
 
+// One call of the operator, for fallbackStats: from `start` to now.
+void recordCall(OperatorState& state, c10::approx_time_t start, int64_t bytes_copied) {
+  const c10::approx_time_t end = c10::getApproximateTime();
+  state.calls.fetch_add(1, std::memory_order_relaxed);
+  state.ticks.fetch_add(end > start ? static_cast<uint64_t>(end - start) : 0,
+                        std::memory_order_relaxed);
+  state.bytes_copied.fetch_add(bytes_copied, std::memory_order_relaxed);
+}
+
 // `refusal`: empty when the operator has no infini kernel at all, else the
 // message of the native kernel that refused this call.
 void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& refusal) {
@@ -233,11 +243,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
     // pinned copies on the current stream.
     runStaged(op, stack, &bytes_copied);
   }
-  const c10::approx_time_t end = c10::getApproximateTime();
-  state->calls.fetch_add(1, std::memory_order_relaxed);
-  state->ticks.fetch_add(end > start ? static_cast<uint64_t>(end - start) : 0,
-                         std::memory_order_relaxed);
-  state->bytes_copied.fetch_add(bytes_copied, std::memory_order_relaxed);
+  recordCall(*state, start, bytes_copied);
 }
 
 void noKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -398,7 +404,10 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    output before the kernel runs. A 0-dim CPU tensor beside them (a
 //    Python number) is taken where CUDA's TensorIterator takes it; calls
 //    with other CPU tensor arguments (whose device errors the meta function
-//    raises) take the default path.
+//    raises) take the default path. Those over one or two tensors that
+//    return one (atan2, hypot, exp, div.Tensor, eq.Tensor, ...) are
+//    registered unboxed (TypedStructuredForm): a call of plain infini
+//    tensors skips the stack and goes straight to the CPU kernel.
 // 5. The foreach operators (_foreach_add_, _foreach_lerp_, ...: what the
 //    optimizers' steps are made of). Every backend without a kernel of its
 //    own, the CPU included, runs their CompositeExplicitAutograd loop of
@@ -544,6 +553,87 @@ void structuredFormFallback(const c10::OperatorHandle& op, torch::jit::Stack* st
   op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *stack);
 }
 
+// The state of `op` when runOnCpu would run it on CPU aliases without a
+// word: the policy allows it quietly (mode silent, or warned already; no
+// allow or deny lists), device memory is host memory, nothing forces
+// staging, and no dtype is widened as CUDA computes it. Else nullptr.
+OperatorState* quietlyAliasedState(const c10::OperatorHandle& op) {
+  Policy& p = policy();
+  const FallbackMode mode = p.mode.load(std::memory_order_relaxed);
+  if (mode == FallbackMode::Off || p.has_lists.load(std::memory_order_relaxed) ||
+      !hostAddressable() || p.force_staging.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  OperatorState& state = stateFor(op);
+  if ((mode == FallbackMode::Warn && !state.warned.load(std::memory_order_relaxed)) ||
+      state.cuda_dtypes != nullptr || state.random || state.view) {
+    return nullptr;
+  }
+  return &state;
+}
+
+// The typed entry of a structured operator's functional form over one or
+// two tensors (atan2, hypot, erfinv, ...): most of what such a small call
+// costs beyond the CPU's is boxing and the generic argument walk. A call of
+// plain infini tensors on one device that runOnCpu would run quietly on
+// aliases goes straight to the CPU kernel, unboxed; every other call takes
+// structuredFormFallback, boxed, which raises, warns, widens, stages or
+// profiles as it always does.
+template <typename... Tensors>
+class TypedStructuredForm {
+ public:
+  using Signature = at::Tensor(const Tensors&...);
+
+  explicit TypedStructuredForm(const c10::OperatorHandle& op) : op_(op.typed<Signature>()) {}
+
+  at::Tensor operator()(const Tensors&... args) const {
+    if (OperatorState* state = quietlyAliasedState(op_)) {
+      const c10::approx_time_t start = c10::getApproximateTime();
+      int64_t bytes_copied = 0;
+      const at::Tensor* pointers[] = {&args...};
+      std::optional<at::Tensor> result = runFunctionalOnCpuAliases(
+          op_, pointers,
+          [this](c10::ArrayRef<at::Tensor> cpu) {
+            return callCpu(cpu, std::index_sequence_for<Tensors...>());
+          },
+          &bytes_copied);
+      if (result.has_value()) {
+        recordCall(*state, start, bytes_copied);
+        return *std::move(result);
+      }
+    }
+    torch::jit::Stack stack{args...};
+    structuredFormFallback(op_, &stack);
+    return std::move(stack.back()).toTensor();
+  }
+
+ private:
+  template <size_t... I>
+  at::Tensor callCpu(c10::ArrayRef<at::Tensor> cpu, std::index_sequence<I...>) const {
+    return op_.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu[I]...);
+  }
+
+  c10::TypedOperatorHandle<Signature> op_;
+};
+
+// Whether the schema is `(Tensor a[, Tensor b]) -> Tensor` with no alias
+// annotation: a functional form TypedStructuredForm serves. The number of
+// tensor arguments, else 0.
+size_t typedTensorArguments(const c10::FunctionSchema& schema) {
+  auto plainTensor = [](const c10::Argument& a) {
+    return a.type()->kind() == c10::TypeKind::TensorType && a.alias_info() == nullptr;
+  };
+  if (schema.returns().size() != 1 || !plainTensor(schema.returns()[0]) || schema.is_vararg() ||
+      schema.is_varret()) {
+    return 0;
+  }
+  const size_t n = schema.arguments().size();
+  if (n < 1 || n > 2) return 0;
+  for (const c10::Argument& a : schema.arguments())
+    if (!plainTensor(a)) return 0;
+  return n;
+}
+
 const std::vector<std::string>& routedOperators() {
   // Computed while this library loads: ATen's registrations (libtorch_cpu)
   // are complete by then, and so are infini's own (the operator table: this
@@ -583,8 +673,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
   for (const std::string& name : structuredForms()) {
     if (isLayoutWrapped(name)) continue;
-    m.impl(name.substr(std::strlen("aten::")).c_str(),
-           torch::CppFunction::makeFromBoxedFunction<&structuredFormFallback>());
+    const std::string unqualified = name.substr(std::strlen("aten::"));
+    const size_t dot = unqualified.find('.');
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+        ("aten::" + unqualified.substr(0, dot)).c_str(),
+        dot == std::string::npos ? "" : unqualified.substr(dot + 1).c_str());
+    switch (typedTensorArguments(op.schema())) {
+      case 1:
+        m.impl(unqualified.c_str(), torch::CppFunction(TypedStructuredForm<at::Tensor>(op)));
+        break;
+      case 2:
+        m.impl(unqualified.c_str(),
+               torch::CppFunction(TypedStructuredForm<at::Tensor, at::Tensor>(op)));
+        break;
+      default:
+        m.impl(unqualified.c_str(),
+               torch::CppFunction::makeFromBoxedFunction<&structuredFormFallback>());
+    }
   }
 }
 

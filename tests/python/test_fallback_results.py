@@ -319,27 +319,6 @@ def test_operands_on_two_infini_devices_raise_cudas_error() -> None:
     assert torch.atan2(x.to("infini:1"), x.to("infini:1")).device == torch.device("infini", 1)
 
 
-def test_typed_calls_from_threads_get_their_own_results() -> None:
-    errors: list[BaseException] = []
-
-    def work(seed: int) -> None:
-        try:
-            (a, ai), (b, bi) = _pair((33,), seed), _pair((33,), seed + 100)
-            b, bi = b.clamp(-0.9, 0.9), bi.clamp(-0.9, 0.9)
-            for _ in range(200):
-                assert_bitwise_equal(torch.atan2(ai, bi), torch.atan2(a, b))
-                assert_bitwise_equal(torch.erfinv(bi), torch.erfinv(b))
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-
-
 # ---------------------------------------------- results in device memory
 
 

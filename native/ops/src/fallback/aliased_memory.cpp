@@ -327,16 +327,6 @@ class Aliaser {
   c10::SmallVector<c10::StorageImpl*, 2> grown_;  // allowGrowth
 };
 
-// The keys of an infini tensor as at::empty makes it: the backend's, and
-// the autograd and autocast keys PyTorch adds to every tensor.
-c10::DispatchKeySet plainInfiniKeys() {
-  constexpr auto kBackend = c10::BackendComponent::PrivateUse1Bit;
-  static const c10::DispatchKeySet keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
-                                          c10::getAutogradRelatedKeySetFromBackend(kBackend) |
-                                          c10::getAutocastRelatedKeySetFromBackend(kBackend);
-  return keys;
-}
-
 bool isResizeRefusal(const c10::Error& e) {
   return std::string(e.what_without_backtrace()).find("not resizable") != std::string::npos;
 }
@@ -397,17 +387,23 @@ class RunningOperator {
   const c10::OperatorHandle* outer_ = nullptr;
 };
 
-// Calls the CPU kernel on the aliased arguments. Plain CPU arguments go
-// straight to it, as at::native::cpu_fallback calls it (no second pass
-// through the dispatch keys, which the infini call passed already). A
-// profiler that records operators gets the full call, which it records
-// nested in the infini one; view bits get it too, for their fallbacks (whose
-// per-operator fallthroughs only a full dispatch skips). Either way CPU
+// Whether the CPU kernel can be called straight, as at::native::cpu_fallback
+// calls it (no second pass through the dispatch keys, which the infini call
+// passed already): every argument is a plain CPU tensor. A profiler that
+// records operators gets the full call, which it records nested in the
+// infini one; view bits get it too, for their fallbacks (whose per-operator
+// fallthroughs only a full dispatch skips).
+bool callsKernelDirectly(const Aliaser& aliaser) {
+  return aliaser.onlyPlainCpuTensors() &&
+         !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value();
+}
+
+// Calls the CPU kernel on the aliased arguments: directly where it can
+// (callsKernelDirectly), else through the full dispatch. Either way CPU
 // autocast stays out: it is for CPU tensors, and these are infini's.
 void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                    const Aliaser& aliaser) {
-  if (aliaser.onlyPlainCpuTensors() &&
-      !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) {
+  if (callsKernelDirectly(aliaser)) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   } else {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -440,19 +436,14 @@ void updateMutableArguments(const MutableAliases& aliases, const Arguments& orig
 std::optional<at::Tensor> runFunctionalOnCpuAliases(
     const c10::OperatorHandle& op, c10::ArrayRef<const at::Tensor*> args,
     c10::function_ref<at::Tensor(c10::ArrayRef<at::Tensor>)> kernel, int64_t* bytes_copied) {
-  const c10::DispatchKeySet plain = plainInfiniKeys();
-  for (const at::Tensor* t : args) {
-    if (!t->defined() || (t->key_set() | plain) != plain || t->layout() != c10::kStrided ||
-        t->device() != args[0]->device()) {
-      return std::nullopt;
-    }
-  }
-  // A profiler records the CPU call nested in the infini one: callCpuKernel.
-  if (at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) return std::nullopt;
+  // CPU tensors, even 0-dim ones, are the device check's (runOnCpu).
+  for (const at::Tensor* t : args)
+    if (!t->defined() || !isInfini(*t)) return std::nullopt;
   ThreadState& thread = thread_state;
   Aliaser aliaser(thread.aliases);
   c10::SmallVector<at::Tensor, 2> cpu;
   for (const at::Tensor* t : args) cpu.push_back(aliaser.toCpu(*t));
+  if (!callsKernelDirectly(aliaser)) return std::nullopt;  // the aliases only are undone
   std::optional<RedirectCpuAllocations> redirect;
   prepareDevice(aliaser, /*functional=*/true, &redirect);
   const RunningOperator running(thread.running, op);

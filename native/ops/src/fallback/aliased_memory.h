@@ -24,9 +24,11 @@ bool runOnCpuAliases(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // structured forms (cpu_fallback.cpp): `kernel` runs the CPU kernel on CPU
 // aliases of `args`, and its result comes back an infini tensor, as
 // runOnCpuAliases would make it. Nothing, before any effect, unless every
-// argument is a plain strided infini tensor (no conjugate, negative or
-// Python key) and all are on one device, and no profiler records operators:
-// then the caller takes the boxed route.
+// argument is an infini tensor whose alias is a plain CPU tensor (no
+// conjugate or negative bit) and no profiler records operators: the calls
+// runOnCpuAliases would send through the full dispatch. Then the caller
+// takes the boxed route. Tensors on two infini devices raise CUDA's error,
+// as there.
 std::optional<at::Tensor> runFunctionalOnCpuAliases(
     const c10::OperatorHandle& op, c10::ArrayRef<const at::Tensor*> args,
     c10::function_ref<at::Tensor(c10::ArrayRef<at::Tensor>)> kernel, int64_t* bytes_copied);

@@ -64,6 +64,8 @@ void bindDevices(nb::module_& m) {
     return host->synchronizations();
   });
   m.def("_current_device", &torch_infini::currentDevice);
+  // Raises torch.AcceleratorError for an index no device has (-1: current).
+  m.def("_check_device", [](int64_t device) { return deviceArg(device); }, nb::arg("device"));
   m.def(
       "_set_device", [](int64_t device) { torch_infini::setCurrentDevice(deviceArg(device)); },
       nb::arg("device"));

@@ -15,10 +15,6 @@ import torch  # noqa: E402
 
 from . import _backend, _compile_cache  # noqa: E402
 
-# torch.compile's cache directories are checked (owner, mode) before anything
-# is registered, so a refused directory leaves `import torch_infini` retryable.
-_compile_cache.secure_directories()
-
 # 2. Load the native library (its registrations; the device-type table the
 # selection is checked against), read the requested backend from the
 # environment (once, here), rename PrivateUse1 and hand over the selection.

@@ -16,14 +16,29 @@ import replaces it.
 Inductor also loads that code (and pickles) from its cache directory, by
 default a fixed path under the system's temporary directory that it creates
 without checking who owns it: whoever else can write there runs code in
-every process that compiles. So at import torch_infini checks the
-directories Inductor will use (:func:`secure_directories`):
+every process that compiles. So before Inductor compiles a graph
+(:func:`secure_directories`, from the hook on torch.compile's default
+backend in _patches.py, and before the compiler plug-in's binary cache
+reads the disk) torch_infini checks the directories Inductor will use:
 ``TORCHINDUCTOR_CACHE_DIR`` (or, unset, Inductor's default, which it then
 names there), Inductor's default in any case (some of its caches always
 live there) and ``TRITON_CACHE_DIR`` where set. A missing one is created
-with mode 0700; Inductor's default is narrowed to 0700; one not owned by
-this user, or that the group or others can write, or a symbolic link that
-another user owns, is refused with a PermissionError naming it.
+with mode 0700 (missing parents too); Inductor's default is narrowed to
+0700. Refused, with a PermissionError naming it: one not owned by this
+user, one that the group or others can write, a symbolic link that another
+user owns, and one with a parent directory (every one up to ``/``, and
+those of the path a link leads to) that is owned by neither this user nor
+root, or that the group or others can write without the sticky bit (a
+shared ``/tmp`` has it: others cannot rename what they do not own there),
+since whoever can write a parent can swap the directory.
+
+The check runs at compile, not at import: a program that never compiles
+keeps the device whatever the state of a cache it never reads, and a
+setting changed after import is checked when it is used. A relative path
+is made absolute once (at import, and at the compile that first sees it)
+and exported so, so a later ``os.chdir`` cannot point Inductor elsewhere.
+Other entries into Inductor (``torch._inductor.compile_fx`` called
+directly, AOT Inductor) do not pass through the hook.
 """
 
 from __future__ import annotations
@@ -51,16 +66,60 @@ def _refuse(path: str, origin: str, why: str) -> PermissionError:
     )
 
 
-def _private_directory(path: str, origin: str, narrow: bool) -> str:
-    """`path`, absolute, once it is a directory owned by this user that
-    neither its group nor others can write (created with mode 0700 if
-    missing; with `narrow`, its mode made 0700)."""
-    path = os.path.abspath(path)
+def _check_parent(parent: str, path: str, origin: str, uid: int) -> None:
+    """Refuses `path` when whoever else can write `parent` (one of its
+    parent directories) could replace it."""
+    st = os.lstat(parent)
+    if st.st_uid not in (uid, 0):
+        raise _refuse(
+            path,
+            origin,
+            f"its parent directory {parent} is owned by uid {st.st_uid}, "
+            f"neither this user (uid {uid}) nor root",
+        )
+    if stat.S_ISLNK(st.st_mode):
+        return  # the link's own parents are checked here, its target's by the caller
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        raise _refuse(
+            path,
+            origin,
+            f"its parent directory {parent} is writable by its group or others "
+            f"without the sticky bit (mode {mode:#o}), so they can replace it",
+        )
+
+
+def _parents(path: str) -> list[str]:
+    """The parent directories of absolute `path`, from ``/`` down."""
+    parents = []
+    parent = os.path.dirname(path)
+    while True:
+        parents.append(parent)
+        up = os.path.dirname(parent)
+        if up == parent:
+            return parents[::-1]
+        parent = up
+
+
+def _mkdir_private(path: str) -> None:
     try:
-        os.makedirs(path, mode=0o700)
+        os.mkdir(path, mode=0o700)
     except FileExistsError:
         pass
+
+
+def _private_directory(path: str, origin: str, narrow: bool) -> str:
+    """`path`, absolute, once it is a directory owned by this user that
+    neither its group nor others can write, under parents nobody else can
+    replace it in (created with mode 0700 where missing, parents too; with
+    `narrow`, its mode made 0700)."""
+    path = os.path.abspath(path)
     uid = os.geteuid()
+    for parent in _parents(path):
+        if not os.path.lexists(parent):
+            _mkdir_private(parent)
+        _check_parent(parent, path, origin, uid)
+    _mkdir_private(path)
     link = os.lstat(path)
     if stat.S_ISLNK(link.st_mode) and link.st_uid not in (uid, 0):
         raise _refuse(path, origin, f"it is a symbolic link owned by uid {link.st_uid}")
@@ -75,6 +134,10 @@ def _private_directory(path: str, origin: str, narrow: bool) -> str:
     mode = stat.S_IMODE(st.st_mode)
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise _refuse(path, origin, f"it is writable by its group or others (mode {mode:#o})")
+    real = os.path.realpath(path)
+    if real != path:  # a link on the way: where it leads must be safe as well
+        for parent in _parents(real):
+            _check_parent(parent, path, origin, uid)
     if narrow and mode & 0o077:
         os.chmod(path, 0o700)
     return path
@@ -95,11 +158,26 @@ def default_cache_dir() -> str:
     return os.path.join(base, "torchinductor_" + sanitized)
 
 
+# The settings that name a cache directory, in the order they are checked.
+_SETTINGS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def resolve_relative_settings() -> None:
+    """Makes a relative cache setting absolute, against today's working
+    directory, and exports it so (a later ``os.chdir`` leaves it where it
+    was checked)."""
+    for name in _SETTINGS:
+        value = os.environ.get(name)
+        if value and not os.path.isabs(value):
+            os.environ[name] = os.path.abspath(value)
+
+
 def secure_directories() -> None:
-    """Checks (and creates) the cache directories torch.compile will use; see
-    the module's docstring."""
+    """Checks (and creates) the cache directories torch.compile will use,
+    as the environment names them now; see the module's docstring."""
     if not hasattr(os, "geteuid"):  # no POSIX owners and modes to check
         return
+    resolve_relative_settings()
     default = _private_directory(
         default_cache_dir(), "Inductor's default cache directory", narrow=True
     )
@@ -128,7 +206,9 @@ def tag() -> str:
 
 
 def install() -> None:
-    secure_directories()
+    """At import: the cache key's tag, and relative cache settings made
+    absolute. The directories are checked at compile (secure_directories)."""
+    resolve_relative_settings()
     ours = tag()
     existing = torch.compiler.config.cache_key_tag
     if ours not in existing:

@@ -239,6 +239,9 @@ class _BinaryCache:
     def _path(self, key: str) -> str:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
 
+        from . import _compile_cache
+
+        _compile_cache.secure_directories()  # before a binary is read from there
         return os.path.join(cache_dir(), "infini", key[:2], f"{key}.bin")
 
     def get(self, compiler: Any, source: str, options: str) -> bytes:

@@ -165,7 +165,8 @@ def _default_process_group_backend_on_infini() -> None:
 
 
 def _compile_fallback_for_inductor() -> None:
-    """torch.compile's default backend compiles graphs with infini tensors
+    """torch.compile's default backend checks its cache directories before
+    each graph (_compile_cache.py), and compiles graphs with infini tensors
     with ``aot_eager`` where Inductor cannot serve infini (_compile_fallback.py).
 
     PyTorch has no hook between ``torch.compile`` and its default backend, so
@@ -180,8 +181,11 @@ def _compile_fallback_for_inductor() -> None:
         return
 
     def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
-        from . import _compile_fallback
+        from . import _compile_cache, _compile_fallback
 
+        # Before Inductor reads its caches, for every graph: whoever else can
+        # write there could run code here (_compile_cache.py).
+        _compile_cache.secure_directories()
         if _compile_fallback.holds_infini_tensors(model_, inputs_):
             if not _compile_fallback.inductor_serves_infini():
                 return _compile_fallback.compile_with_aot_eager(model_, inputs_)

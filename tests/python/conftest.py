@@ -61,6 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"requires_two_devices: {TWO_DEVICES_REASON}")
     config.addinivalue_line("markers", f"requires_async_host: {ASYNC_HOST_REASON}")
     config.addinivalue_line("markers", f"fallback_off: {FALLBACK_OFF_REASON}")
+    config.addinivalue_line(
+        "markers", "fuzz: the untrusted-input fuzzer (TORCH_INFINI_FUZZ_CASES sets its size)"
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -22,6 +22,11 @@ def _get_device_index(device: DeviceLike, optional: bool = True) -> int:
         if device.type != "infini":
             raise ValueError(f"Expected an infini device, but got: {device}")
         device = device.index
+        if device is not None and device < -1:
+            # "infini:128" ... "infini:254": PyTorch keeps the index in an
+            # int8, which wrapped it. Raises torch.AcceleratorError, as a
+            # device the backend does not have.
+            _C._check_device(device)
     if device is None:
         if not optional:
             raise ValueError("Expected an infini device with a specified index, got None")

@@ -10,6 +10,7 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/safe_numerics.h>
 #include <c10/util/strides.h>
 #include <torch/library.h>
 
@@ -86,17 +87,42 @@ void ensureStorageBytes(const at::Tensor& self, size_t needed) {
 // As ATen's checkInBoundsForStorage: a geometry set on a storage must lie
 // inside it. Growing the storage instead would hand out bytes nobody wrote
 // (a checkpoint whose storage is shorter than its tensor would read freed
-// memory) and let a tiny file force a huge allocation.
+// memory) and let a tiny file force a huge allocation. The byte counts come
+// from ATen's computeStorageNbytes, which refuses a count that overflows
+// (offset, sizes and strides included) as the CPU does: a product wrapped
+// negative would pass a plain comparison (a crafted checkpoint's offset of
+// 2^61 then reads and writes outside the storage).
 void checkInBoundsForStorage(c10::IntArrayRef size, c10::IntArrayRef stride, int64_t storage_offset,
                              size_t itemsize, const c10::Storage& storage) {
+  TORCH_CHECK(storage_offset >= 0, "Tensor: invalid storage offset ", storage_offset);
   const size_t bytes = at::detail::computeStorageNbytes(size, stride, itemsize);
   if (bytes == 0) return;  // a tensor with a 0-size dimension fits any storage
-  const int64_t needed =
-      static_cast<int64_t>(bytes) + storage_offset * static_cast<int64_t>(itemsize);
-  TORCH_CHECK(needed <= static_cast<int64_t>(storage.nbytes()), "setStorage: sizes ", size,
-              ", strides ", stride, ", storage offset ", storage_offset, ", and itemsize ",
-              itemsize, " requiring a storage size of ", needed,
-              " are out of bounds for storage of size ", storage.nbytes());
+  const size_t needed =
+      at::detail::computeStorageNbytes(size, stride, itemsize, static_cast<size_t>(storage_offset));
+  TORCH_CHECK(needed <= storage.nbytes(), "setStorage: sizes ", size, ", strides ", stride,
+              ", storage offset ", storage_offset, ", and itemsize ", itemsize,
+              " requiring a storage size of ", needed, " are out of bounds for storage of size ",
+              storage.nbytes());
+}
+
+// The strides resize_ gives `size` in `memory_format` (contiguous if none),
+// computed before the tensor changes: a stride past int64 is refused here
+// ("Stride calculation overflowed", as PyTorch's restride says), even where
+// the tensor has no elements and needs no bytes.
+c10::DimVector resizedStrides(c10::IntArrayRef size,
+                              std::optional<c10::MemoryFormat> memory_format) {
+  if (memory_format.value_or(c10::MemoryFormat::Contiguous) != c10::MemoryFormat::Contiguous) {
+    // PyTorch's own restride, on a tensor without memory.
+    const at::TensorBase shaped = at::detail::empty_meta(size, c10::kByte, memory_format);
+    return c10::DimVector(shaped.strides());
+  }
+  c10::DimVector strides(size.size(), 1);
+  for (size_t d = size.size(); d > 1; --d) {
+    TORCH_CHECK(
+        !c10::mul_overflows(strides[d - 1], std::max<int64_t>(size[d - 1], 1), &strides[d - 2]),
+        "Stride calculation overflowed");
+  }
+  return strides;
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
@@ -107,12 +133,15 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
               c10::MemoryFormat::Preserve);
   // Same shape and no layout request: the tensor stays exactly as it is.
   if (self.sizes() == size && !memory_format.has_value()) return self;
-  auto* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
+  // Everything that can fail comes before the tensor changes: a size whose
+  // byte count overflows, or an allocation that fails (torch.OutOfMemoryError),
+  // leaves sizes, strides and storage as they were. (The CPU and CUDA set the
+  // sizes first, leaving a tensor larger than its storage behind.)
+  const c10::DimVector strides = resizedStrides(size, memory_format);
   const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
                                                                    self.storage_offset());
   ensureStorageBytes(self, needed);
-  if (memory_format.has_value()) impl->empty_tensor_restride(*memory_format);
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(size, strides);
   return self;
 }
 
@@ -121,7 +150,6 @@ at::Tensor& setStorage(at::Tensor& self, const c10::Storage& source, int64_t sto
   TORCH_CHECK(source.device() == self.device(),
               "Attempted to set the storage of a tensor on device \"", self.device(),
               "\" to a storage on different device \"", source.device(), "\"");
-  TORCH_CHECK(storage_offset >= 0, "Tensor: invalid storage offset ", storage_offset);
   TORCH_CHECK(stride.empty() || stride.size() == size.size(), "set_: got ", size.size(),
               " sizes but ", stride.size(), " strides");
   for (int64_t s : size)

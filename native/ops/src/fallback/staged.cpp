@@ -18,6 +18,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/safe_numerics.h>
 
 #include <algorithm>
 #include <cstring>
@@ -37,14 +38,26 @@ struct Span {
   int64_t end;    // bytes, exclusive
 };
 
+// storage_offset * element size. Every tensor that holds elements lies
+// inside its storage (set_ and as_strided check it, overflow included), so
+// the product fits; only a tensor without elements may carry any offset
+// (the CPU accepts one), and callers never multiply for those.
+int64_t offsetBytes(const at::Tensor& t) {
+  int64_t bytes = 0;
+  TORCH_CHECK(
+      !c10::mul_overflows(t.storage_offset(), static_cast<int64_t>(t.element_size()), &bytes),
+      "infini: storage offset ", t.storage_offset(), " of a tensor of ", t.dtype(),
+      " overflows a byte offset");
+  return bytes;
+}
+
 // The bytes of its storage a tensor covers (first == end: none).
 Span spanOf(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
   const int64_t item = static_cast<int64_t>(t.element_size());
-  const int64_t first = t.storage_offset() * item;
-  if (t.numel() == 0) return {first, first};
   int64_t last = t.storage_offset();
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-  return {first, (last + 1) * item};
+  return {offsetBytes(t), (last + 1) * item};
 }
 
 // A pinned copy of the whole storage of CPU tensor `t`, as bytes, from the
@@ -118,12 +131,12 @@ class Stager {
     if (!t.defined() || !isInfini(t)) return t;
     const at::TensorOptions cpu = t.options().device(c10::kCPU);
     const Entry* entry = find(t.storage().unsafeGetStorageImpl());
-    if (entry == nullptr || !entry->pinned.defined()) {  // no bytes to read
+    if (entry == nullptr || !entry->pinned.defined() || t.numel() == 0) {  // no bytes to read
       return at::empty_strided(t.sizes(), t.strides(), cpu);
     }
     const int64_t item = static_cast<int64_t>(t.element_size());
     at::Tensor view = at::empty({0}, cpu);
-    view.set_(entry->pinned.storage(), (t.storage_offset() * item - entry->first) / item, t.sizes(),
+    view.set_(entry->pinned.storage(), (offsetBytes(t) - entry->first) / item, t.sizes(),
               t.strides());
     if (t.is_conj()) view._set_conj(true);
     if (t.is_neg()) view._set_neg(true);
@@ -179,7 +192,7 @@ class Stager {
       if (entry.pinned.defined() && t.storage().is_alias_of(entry.pinned.storage())) {
         const int64_t item = static_cast<int64_t>(t.element_size());
         return entry.infini.as_strided(t.sizes(), t.strides(),
-                                       (t.storage_offset() * item + entry.first) / item);
+                                       (offsetBytes(t) + entry.first) / item);
       }
     }
     return resultThroughPinned(t, *device_.get(), bytes_copied_);

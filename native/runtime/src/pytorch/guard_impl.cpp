@@ -35,7 +35,7 @@ struct InfiniGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void setDevice(Device d) const override {
     checkInfini(d);
-    setCurrentDevice(d.index() < 0 ? currentDevice() : d.index());
+    setCurrentDevice(d.index() == -1 ? currentDevice() : d.index());  // -2 ...: refused
   }
 
   void uncheckedSetDevice(Device d) const noexcept override {

@@ -75,6 +75,16 @@ void checkDeviceIndex(int device) {
     runtime::throwInvalidDevice(device, count, runtime::selectedRuntime().name());
 }
 
+// -1 is "the current device"; any other negative index is refused. PyTorch
+// keeps a device index in an int8, so "infini:128" ... "infini:254" arrive
+// as -128 ... -2: taking those for the current device would put a tensor
+// meant for device 200 on device 0, silently (CUDA's guard raises).
+int resolveDevice(int device) {
+  if (device == -1) return currentDevice();
+  checkDeviceIndex(device);
+  return device;
+}
+
 int currentDevice() {
   runtime::selectedRuntime();  // surfaces a backend initialization error here
   return tls_device;
@@ -85,12 +95,6 @@ void setCurrentDevice(int device) {
   if (device == tls_device) return;
   runtime::selectedRuntime().setDevice(device);
   tls_device = device;
-}
-
-int resolveDevice(int device) {
-  if (device < 0) return currentDevice();
-  checkDeviceIndex(device);
-  return device;
 }
 
 c10::Stream currentStream(int device) {

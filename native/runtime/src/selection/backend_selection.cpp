@@ -127,10 +127,14 @@ bool isInBadFork() noexcept { return in_bad_fork.load(); }
 
 void throwInvalidDevice(int device, int count, const std::string& backend) {
   // 101: the CUDA runtime's code for the same error (cudaErrorInvalidDevice).
-  throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, 101,
-                              "infini error: invalid device ordinal " + std::to_string(device) +
-                                  "; the '" + backend + "' backend has " + std::to_string(count) +
-                                  " device(s)");
+  throw c10::AcceleratorError(
+      {__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, 101,
+      "infini error: invalid device ordinal " + std::to_string(device) + "; the '" + backend +
+          "' backend has " + std::to_string(count) + " device(s)" +
+          // torch.device keeps its index in 8 bits.
+          (device < -1 && device >= -128 ? " (an index from 128 to 254 reaches PyTorch as " +
+                                               std::to_string(device) + ": it stores 8 bits)"
+                                         : ""));
 }
 
 std::string requestedBackend() {

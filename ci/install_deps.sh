@@ -13,6 +13,10 @@ TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 # Test-only: a model written by others (tests/python/test_llama.py), built
 # from a config; pinned, and installed after torch so it never pulls one.
 "$PYTHON" -m pip install --disable-pip-version-check -q "transformers==5.24.0"
+# Test-only: the nvidia compiler plug-in's toolchain. Triton compiles ahead
+# of time without a GPU (tests/python/test_compiler_plugin_nvidia.py); it
+# has no dependencies of its own to resolve.
+"$PYTHON" -m pip install --disable-pip-version-check -q --no-deps "triton==3.9.0"
 
 # ccache is optional; it only makes rebuilds faster.
 if ! command -v ccache >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

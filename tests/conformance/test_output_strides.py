@@ -58,7 +58,7 @@ import torch
 import torch_infini
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from infini_testing import assert_bitwise_equal, forced_staging
+from infini_testing import assert_bitwise_equal, forced_staging, requires_two_devices
 from op_coverage import load_op_db, opinfo_id
 from op_db_sweep import CPU_ARGUMENTS, _Mover, refusal_reason
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -509,7 +509,7 @@ def test_native_elementwise_result_strides(op: str, operands: str) -> None:
         _follows_the_rules(ELEMENTWISE[op], a, b)
 
 
-@pytest.mark.skipif(torch.infini.device_count() < 2, reason="needs TORCH_INFINI_HOST_DEVICES=2")
+@requires_two_devices
 def test_second_device_results_have_the_same_strides() -> None:
     """On infini:1 too: the native fast path and the convolution's layout."""
     device = torch.device("infini", 1)

@@ -8,7 +8,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "torch_infini/ops/cpu_fallback.h"
 #include "torch_infini/runtime/backend_selection.h"
+#include "torch_infini/runtime/host_runtime.h"
 #include "torch_infini/torch_infini.h"
 
 namespace torch_infini::bindings {
@@ -22,6 +24,14 @@ void bindSelection(nb::module_& m) {
   m.def("_is_initialized", &rt::isInitialized);
   m.def("_is_in_bad_fork", &rt::isInBadFork);
 
+  // Parses every setting the runtime and the CPU fallback read (the host
+  // device's, TORCH_INFINI_CPU_FALLBACK) as they will be read, initializing
+  // nothing: a bad value raises, naming its variable, before `import
+  // torch_infini` registers anything.
+  m.def("_check_settings", [] {
+    rt::HostRuntime::settingsFromEnvironment();
+    torch_infini::ops::fallbackMode();
+  });
   m.def("_compiled_backends", &rt::compiledBackends);
   m.def("_init", [] { torch_infini::init(); });
   m.def("_backend", &torch_infini::backend);

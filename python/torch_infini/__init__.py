@@ -16,8 +16,8 @@ import torch  # noqa: E402
 from . import _backend, _compile_cache  # noqa: E402
 
 # 2. Load the native library (its registrations; the device-type table the
-# selection is checked against), read the requested backend from the
-# environment (once, here), rename PrivateUse1 and hand over the selection.
+# selection is checked against), check the settings, hand over the
+# selection, rename PrivateUse1.
 try:
     from . import _C  # noqa: E402, F401  (loads libtorch_infini: its registrations)
 except ImportError as _error:
@@ -30,12 +30,16 @@ except ImportError as _error:
         ) from _error
     raise
 
-_requested_backend = _backend.requested_from_environment()
+# Every setting is checked, and an explicitly named backend initialized,
+# before anything is renamed or registered: a bad value or a backend that
+# cannot be served raises ImportError here and leaves PyTorch as it was.
+from . import _settings  # noqa: E402
+
+_requested_backend = _settings.check()
+_backend.apply(_requested_backend)
 
 if torch._C._get_privateuse1_backend_name() != "infini":
     torch.utils.rename_privateuse1_backend("infini")
-
-_backend.apply(_requested_backend)
 
 # 3. torch.infini and the generated Tensor/Module/Storage methods.
 from . import infini as _infini_module  # noqa: E402
@@ -61,8 +65,6 @@ from . import _patches  # noqa: E402
 # Printing infini tensors, init_process_group's default backend on infini,
 # aot_eager for infini graphs where Inductor cannot serve them.
 _patches.apply()
-
-cpu_fallback.mode()  # reads TORCH_INFINI_CPU_FALLBACK now: a bad value fails the import
 
 from ._backend import backend, compiled_backends, is_initialized, set_backend  # noqa: E402
 from ._build_info import TORCH_VERSION as built_torch_version  # noqa: E402

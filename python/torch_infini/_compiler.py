@@ -8,7 +8,9 @@ stream, and its compile strategy names the graph passes to run first.
 Built-in plug-ins ship in libtorch_infini; a vendor's is a shared library
 named in ``TORCH_INFINI_COMPILER_PLUGINS`` (paths separated by ``:``) or
 by an entry point in the ``torch_infini.compiler_plugins`` group (its
-value: the library's path, or a callable returning it).
+value: the library's path, absolute or relative to its distribution's
+files, or a ``module:attribute`` reference to the path or to a callable
+returning it).
 
 Compiled binaries are cached on disk (Inductor's cache directory, under
 ``infini/``) by plug-in, options and source, so an FX graph cache hit does
@@ -21,6 +23,7 @@ import concurrent.futures
 import functools
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -61,19 +64,37 @@ def source_language() -> str:
     return plugin().source_language
 
 
+# An entry point's value that names a Python object ("module:attribute",
+# importlib.metadata's pattern less extras); anything else, or a name with a
+# shared library's suffix ("libvendor.so"), is a path.
+_OBJECT_REFERENCE = re.compile(r"^[\w.]+\s*(:\s*[\w.]+\s*)?$")
+_LIBRARY_SUFFIX = re.compile(r"\.(so(\.\d+)*|dylib|dll)$")
+
+
+def _entry_point_library(entry_point: metadata.EntryPoint) -> str:
+    """The library an entry point of ENTRY_POINT_GROUP names: its value is
+    the library's path (absolute, or relative to its distribution's files),
+    or a ``module:attribute`` reference to that path or to a callable
+    returning it."""
+    value = entry_point.value.strip()
+    if not _OBJECT_REFERENCE.match(value) or _LIBRARY_SUFFIX.search(value):
+        dist = getattr(entry_point, "dist", None)
+        if not os.path.isabs(value) and dist is not None:
+            return os.fspath(dist.locate_file(value))
+        return value
+    loaded = entry_point.load()
+    path = loaded() if callable(loaded) else loaded
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"entry point {entry_point.name!r} ({entry_point.value}) in group "
+            f"{ENTRY_POINT_GROUP!r} gave {path!r}; expected the path of a compiler "
+            "plug-in library"
+        )
+    return os.fspath(path)
+
+
 def _entry_point_libraries() -> list[str]:
-    paths = []
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        value = entry_point.load()
-        path = value() if callable(value) else value
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(
-                f"entry point {entry_point.name!r} ({entry_point.value}) in group "
-                f"{ENTRY_POINT_GROUP!r} gave {path!r}; expected the path of a compiler "
-                "plug-in library"
-            )
-        paths.append(os.fspath(path))
-    return paths
+    return [_entry_point_library(e) for e in metadata.entry_points(group=ENTRY_POINT_GROUP)]
 
 
 @functools.cache

@@ -354,6 +354,81 @@ def test_the_example_vendor_plugin_serves_torch_compile_with_its_own_pass(
     ), describe(proc)
 
 
+# A Python process that asks for the plug-in serving the selected device
+# type (entry points are read then) and prints its name and library.
+_WHICH_PLUGIN = """
+from torch_infini import _compiler
+plugin = _compiler.plugin()
+print("PLUGIN", plugin.name, plugin.origin)
+"""
+
+
+def _install_distribution(site: Path, entry_point_value: str, files: dict[str, str]) -> None:
+    """A distribution installed in `site` as pip installs one (its
+    dist-info with an entry point of torch_infini.compiler_plugins), with
+    `files` beside it."""
+    dist_info = site / "vendor_compiler-1.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vendor-compiler\nVersion: 1.0\n"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[torch_infini.compiler_plugins]\nvendor = {entry_point_value}\n"
+    )
+    for name, text in files.items():
+        (site / name).write_text(text)
+
+
+@pytest.mark.parametrize(
+    "form", ["absolute path", "path relative to the distribution", "module attribute", "callable"]
+)
+def test_an_entry_point_names_the_plugin_library(tmp_path: Path, form: str) -> None:
+    """docs/compiler_plugin.md: an entry point's value is the library's path
+    (absolute or relative to the distribution's files), or a reference to a
+    path or to a callable returning it."""
+    site = tmp_path / "site"
+    library = _build_plugin(site / "lib", _WRAPPED_CPU, link_torch_infini=True)
+    value, files = {
+        "absolute path": (str(library), {}),
+        "path relative to the distribution": ("lib/libplugin.so", {}),
+        "module attribute": (
+            "vendor_paths:LIBRARY",
+            {"vendor_paths.py": f"LIBRARY = {str(library)!r}\n"},
+        ),
+        "callable": (
+            "vendor_paths:library",
+            {"vendor_paths.py": f"def library():\n    return {str(library)!r}\n"},
+        ),
+    }[form]
+    _install_distribution(site, value, files)
+    proc = run_python(
+        _WHICH_PLUGIN,
+        env={
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(site), os.environ.get("PYTHONPATH"))))
+        },
+        timeout=120,
+    )
+    assert proc.returncode == 0, describe(proc)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("PLUGIN "))
+    assert line.split()[1:] == ["counting-cpu", str(library)], describe(proc)
+
+
+def test_an_entry_point_that_names_nothing_loadable_is_a_clear_error(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _install_distribution(site, "lib/libabsent.so", {})
+    proc = run_python(
+        _WHICH_PLUGIN,
+        env={
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(site), os.environ.get("PYTHONPATH"))))
+        },
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert f"compiler plug-in {site / 'lib' / 'libabsent.so'}: cannot be loaded" in proc.stderr, (
+        describe(proc)
+    )
+
+
 def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None:
     missing = tmp_path / "libmissing_plugin.so"
     proc = _compile_in_a_process(missing, tmp_path)

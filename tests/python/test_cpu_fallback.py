@@ -403,6 +403,24 @@ def test_sparse_nested_and_quantized_tensors_are_refused_clearly() -> None:
         nested.to(DEVICE)
 
 
+@pytest.mark.parametrize(
+    "quantize",
+    [
+        lambda x: torch.quantize_per_tensor(x, 0.1, 0, torch.quint8),
+        lambda x: torch.quantize_per_tensor(x, 0.1, 3, torch.qint8),
+        lambda x: torch.quantize_per_tensor_dynamic(x, torch.quint8, False),
+    ],
+    ids=["quint8", "qint8", "dynamic"],
+)
+def test_quantizing_an_infini_tensor_is_refused_clearly(quantize: Callable) -> None:
+    """The CPU's kernel would return a quantized tensor, which infini has no
+    form for: refused by name, never an infini tensor of a quantized dtype
+    that is not quantized (its .cpu() and .dequantize() once failed)."""
+    x = make_cpu((4, 3), torch.float32).to(DEVICE)
+    with raises_exactly(NotImplementedError, match=r"returns a quantized tensor \(Q"):
+        quantize(x)
+
+
 def _ones(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:
     return torch.ones(shape, dtype=dtype, device=DEVICE)
 

@@ -1098,6 +1098,31 @@ def test_samplers_without_a_kernel_are_refused_with_the_fallback_off(name: str) 
         NO_KERNEL[name]()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("inplace", [False, True], ids=["functional", "in place"])
+def test_rrelu_in_evaluation_draws_nothing_and_runs_as_on_the_cpu(
+    dtype: torch.dtype, inplace: bool
+) -> None:
+    """nn.RReLU in eval() is a leaky ReLU with slope (lower + upper) / 2: it
+    draws no number, so it is not refused; its values and gradient are the
+    CPU's, bit for bit (the CPU's kernel runs in the fallback)."""
+    x_cpu = make_cpu((5, 7), dtype) / 10
+    module = torch.nn.RReLU(0.1, 0.3, inplace=inplace).eval()
+    results = {}
+    for device in ("cpu", DEVICE):
+        x = x_cpu.to(device).detach().requires_grad_()
+        y = module(x * 1)  # (a non-leaf, so the in-place form may write it)
+        y.backward(torch.ones_like(y))
+        results[str(device)] = (y.detach().cpu(), x.grad.cpu(), y.stride())
+    cpu, dev = results["cpu"], results[str(DEVICE)]
+    assert_bitwise_equal(dev[0], cpu[0])
+    assert_bitwise_equal(dev[1], cpu[1])
+    assert dev[2] == cpu[2]
+    # Training mode still draws, and is still refused.
+    with raises_exactly(NotImplementedError, match="draws random numbers"):
+        module.train()(x_cpu.to(DEVICE))
+
+
 _ALL_DTYPES = (
     torch.bool,
     torch.uint8,

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "fallback/device_checks.h"
+#include "torch_infini/runtime/backend_selection.h"
 #include "torch_infini/runtime/stream.h"
 
 namespace torch_infini::ops {
@@ -232,9 +233,21 @@ inline bool writesAny(const c10::FunctionSchema& schema) {
   return false;
 }
 
+// A quantized result (quantize_per_tensor, ...) has no infini form: infini
+// tensors are strided and dense (see the QuantizedPrivateUse1 refusal in
+// cpu_fallback.cpp). Refused, never returned as an infini tensor of a
+// quantized dtype that nothing can read back.
+inline void refuseQuantizedResult(const c10::FunctionSchema& schema, const at::Tensor& t) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!t.defined() || !t.is_quantized(), "'", schema.operator_name(),
+                              "' returns a quantized tensor (", t.scalar_type(),
+                              "); infini supports strided (dense) tensors only, not quantized "
+                              "tensors (backend '",
+                              runtime::selectedRuntime().name(), "'). Quantize on the CPU.");
+}
+
 // The CPU kernel's returns, made the call's: an in-place or out= return is
 // the argument it was given; any other tensor (alone or in a list) becomes
-// to_infini(tensor).
+// to_infini(tensor). A quantized one is refused.
 template <typename ToInfini>
 void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
                      const Arguments& original, ToInfini to_infini) {
@@ -243,6 +256,14 @@ void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack
       writesAny(schema) ? &mutatedArguments(schema) : nullptr;
   const size_t num_returns = schema.returns().size();
   const size_t ret_begin = stack->size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    const c10::IValue& result = (*stack)[ret_begin + r];
+    if (result.isTensor()) {
+      refuseQuantizedResult(schema, result.toTensor());
+    } else if (result.isTensorList()) {
+      for (const at::Tensor& t : result.toTensorList().vec()) refuseQuantizedResult(schema, t);
+    }
+  }
   for (size_t r = 0; r < num_returns; ++r) {
     c10::IValue& value = (*stack)[ret_begin + r];
     if (mutated_arguments != nullptr && (*mutated_arguments)[r] >= 0) {

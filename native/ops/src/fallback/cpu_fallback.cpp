@@ -53,6 +53,9 @@ struct OperatorState {
   // A random operator whose only draws are its dropout (the attention
   // kernels): the index of its `dropout_p` argument; with 0 it draws nothing.
   int dropout_argument = -1;
+  // A random operator that draws only when training (rrelu's `training`,
+  // native_dropout's `train`): the index of that argument; false draws nothing.
+  int training_argument = -1;
   bool view = false;
   DeviceCheck device_check = DeviceCheck::kNoCheck;  // CUDA's (device_checks.h)
   int tensor_operands = 0;                           // tensorOperands(schema)
@@ -141,6 +144,12 @@ OperatorState& stateFor(const c10::OperatorHandle& op) {
     if (state.random) {
       std::optional<int> dropout = schema->argumentIndexWithName("dropout_p");
       if (dropout.has_value()) state.dropout_argument = *dropout;
+      for (const char* flag : {"training", "train"}) {
+        if (std::optional<int> index = schema->argumentIndexWithName(flag)) {
+          state.training_argument = *index;
+          break;
+        }
+      }
     }
     state.view = isView(*schema);
     state.device_check = deviceCheckOf(state.name);
@@ -180,6 +189,18 @@ void recordCall(OperatorState& state, c10::approx_time_t start, int64_t bytes_co
   state.bytes_copied.fetch_add(bytes_copied, std::memory_order_relaxed);
 }
 
+// A random operator called so that it draws nothing: dropout with p = 0,
+// or evaluation (training false: nn.RReLU in eval() is a leaky ReLU).
+bool drawsNothing(const OperatorState& state, const torch::jit::Stack& stack, size_t args_begin) {
+  if (state.dropout_argument >= 0 && stack[args_begin + state.dropout_argument].toDouble() == 0.0)
+    return true;
+  if (state.training_argument >= 0) {
+    const c10::IValue& training = stack[args_begin + state.training_argument];
+    return training.isBool() && !training.toBool();  // None (native_dropout): it draws
+  }
+  return false;
+}
+
 // `refusal`: empty when the operator has no infini kernel at all, else the
 // message of the native kernel that refused this call.
 void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& refusal) {
@@ -204,9 +225,7 @@ void runOnCpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std
     warn = !state->warned.load(std::memory_order_relaxed) && !state->warned.exchange(true);
   }
   const std::string& name = state->name;
-  const bool draws =
-      state->random && !(state->dropout_argument >= 0 &&
-                         (*stack)[args_begin + state->dropout_argument].toDouble() == 0.0);
+  const bool draws = state->random && !drawsNothing(*state, *stack, args_begin);
   TORCH_CHECK_NOT_IMPLEMENTED(!draws, "The operator '", name,
                               "' draws random numbers and has no infini kernel (backend '",
                               backendName(),

@@ -142,8 +142,17 @@ class HostRuntime final : public DeviceRuntime {
               size_t queue_depth = HostStream::kDefaultQueueDepth);
   ~HostRuntime() override;
 
-  // Reads TORCH_INFINI_HOST_DEVICES, TORCH_INFINI_HOST_ASYNC,
-  // TORCH_INFINI_HOST_MEMORY_LIMIT, TORCH_INFINI_HOST_QUEUE_DEPTH.
+  // TORCH_INFINI_HOST_DEVICES, TORCH_INFINI_HOST_ASYNC,
+  // TORCH_INFINI_HOST_MEMORY_LIMIT, TORCH_INFINI_HOST_QUEUE_DEPTH, parsed;
+  // a bad value raises naming its variable. Creates nothing: `import
+  // torch_infini` checks them before it registers anything.
+  struct Settings {
+    int devices = 1;
+    bool async = false;
+    size_t memory_limit = 0;
+    size_t queue_depth = HostStream::kDefaultQueueDepth;
+  };
+  static Settings settingsFromEnvironment();
   static std::unique_ptr<HostRuntime> fromEnvironment();
 
   bool async() const { return async_; }

@@ -213,17 +213,24 @@ HostRuntime::HostRuntime(int devices, bool async, size_t memory_limit, size_t qu
 
 HostRuntime::~HostRuntime() = default;
 
-std::unique_ptr<HostRuntime> HostRuntime::fromEnvironment() {
-  long devices = envInt("TORCH_INFINI_HOST_DEVICES", 1);
+HostRuntime::Settings HostRuntime::settingsFromEnvironment() {
+  Settings settings;
+  const long devices = envInt("TORCH_INFINI_HOST_DEVICES", 1);
   TORCH_CHECK(devices >= 1 && devices <= 64,
               "TORCH_INFINI_HOST_DEVICES must be between 1 and 64, got ", devices);
-  bool async = envInt("TORCH_INFINI_HOST_ASYNC", 0) != 0;
-  size_t limit = static_cast<size_t>(envInt("TORCH_INFINI_HOST_MEMORY_LIMIT", 0));
-  long depth =
+  settings.devices = static_cast<int>(devices);
+  settings.async = envInt("TORCH_INFINI_HOST_ASYNC", 0) != 0;
+  settings.memory_limit = static_cast<size_t>(envInt("TORCH_INFINI_HOST_MEMORY_LIMIT", 0));
+  const long depth =
       envInt("TORCH_INFINI_HOST_QUEUE_DEPTH", static_cast<long>(HostStream::kDefaultQueueDepth));
   TORCH_CHECK(depth >= 1, "TORCH_INFINI_HOST_QUEUE_DEPTH must be at least 1, got ", depth);
-  return std::make_unique<HostRuntime>(static_cast<int>(devices), async, limit,
-                                       static_cast<size_t>(depth));
+  settings.queue_depth = static_cast<size_t>(depth);
+  return settings;
+}
+
+std::unique_ptr<HostRuntime> HostRuntime::fromEnvironment() {
+  const Settings s = settingsFromEnvironment();
+  return std::make_unique<HostRuntime>(s.devices, s.async, s.memory_limit, s.queue_depth);
 }
 
 Capabilities HostRuntime::capabilities() const {

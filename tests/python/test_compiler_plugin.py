@@ -429,6 +429,23 @@ def test_an_entry_point_that_names_nothing_loadable_is_a_clear_error(tmp_path: P
     )
 
 
+def test_every_configured_plugin_is_loaded_before_the_lookup(tmp_path: Path) -> None:
+    """A library that cannot be loaded fails the lookup even where one
+    named before it serves the device type: it was asked for, and nothing
+    silently stands in for it (docs/compiler_plugin.md)."""
+    good = _build_plugin(tmp_path / "good", _WRAPPED_CPU, link_torch_infini=True)
+    broken = tmp_path / "libbroken.so"
+    broken.write_text("not an ELF file")
+    for order in ((good, broken), (broken, good)):
+        proc = run_python(
+            _WHICH_PLUGIN,
+            env={"TORCH_INFINI_COMPILER_PLUGINS": os.pathsep.join(map(str, order))},
+            timeout=120,
+        )
+        assert proc.returncode != 0, describe(proc)
+        assert f"compiler plug-in {broken}: cannot be loaded" in proc.stderr, describe(proc)
+
+
 def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None:
     missing = tmp_path / "libmissing_plugin.so"
     proc = _compile_in_a_process(missing, tmp_path)

@@ -39,12 +39,15 @@ import torch
 import torch_infini
 
 INIT_FIRST = {init_first}
+parent_count = None
 if INIT_FIRST:
     x = torch.arange(4.0).to("infini") * 2
     torch.infini.synchronize()
+    parent_count = torch.infini.device_count()
 report = {{
     "parent_initialized_before_fork": bool(torch.infini.is_initialized()),
     "parent_bad_fork_before": torch.infini._is_in_bad_fork(),
+    "parent_count": parent_count,
 }}
 read_end, write_end = os.pipe()
 sys.stdout.flush()
@@ -55,6 +58,9 @@ if pid == 0:
     child = {{"bad_fork": None, "error": None, "message": None, "values_ok": None}}
     try:
         child["bad_fork"] = torch.infini._is_in_bad_fork()
+        if INIT_FIRST:  # (asked before init, the count would initialize the child)
+            child["count"] = torch.infini.device_count()
+            child["available"] = torch.infini.is_available()
         {use}
         y = torch.arange(5.0).to("infini") + 1
         child["values_ok"] = torch.equal(y.cpu(), torch.arange(5.0) + 1)
@@ -162,6 +168,9 @@ def _assert_child_refused(report: dict[str, Any]) -> None:
     assert child["bad_fork"] is True, child
     assert child["error"] == "RuntimeError", child
     assert BAD_FORK_MESSAGE in child["message"], child
+    if "parent_count" in report:  # os.fork: the count, as torch.cuda's in a forked child
+        assert report["parent_count"] >= 1, report
+        assert child["count"] == report["parent_count"] and child["available"] is True, child
     _assert_parent_fine(report)
 
 

@@ -92,12 +92,18 @@ std::shared_ptr<Plugin> unwrap(const Outcome& outcome) {
 std::shared_ptr<Plugin> find(Registry& r, const std::string& device_type) {
   std::vector<std::string> paths = splitPaths(std::getenv("TORCH_INFINI_COMPILER_PLUGINS"));
   paths.insert(paths.end(), r.added.begin(), r.added.end());
+  // Every configured library is loaded before the device type is looked up:
+  // one that cannot be used fails every lookup (it was asked for, and
+  // nothing silently stands in for it), not only those it comes before.
+  // The first that declares the device type serves it.
+  std::shared_ptr<Plugin> found;
   for (const std::string& path : paths) {
     auto [it, inserted] = r.external.try_emplace(path);
     if (inserted) it->second = attempt([&] { return loadExternal(path); });
     const std::shared_ptr<Plugin> plugin = unwrap(it->second);
-    if (plugin->deviceType() == device_type) return plugin;
+    if (found == nullptr && plugin->deviceType() == device_type) found = plugin;
   }
+  if (found != nullptr) return found;
   for (const Builtin& builtin : kBuiltins)
     if (device_type == builtin.device_type) return fromInit(builtin.init, "built-in", nullptr);
   TORCH_CHECK_NOT_IMPLEMENTED(false, "no compiler plug-in serves device type '", device_type,

@@ -17,10 +17,10 @@ namespace {
 constexpr size_t kStateBytes = 2 * sizeof(uint64_t);  // seed, offset
 
 c10::DeviceIndex resolve(c10::DeviceIndex device) {
-  const int index = device == -1 ? currentDevice() : device;  // -2 ... (a wrapped index): refused
-  const int count = deviceCount();
-  TORCH_CHECK_INDEX(index >= 0 && index < count, "infini: invalid device index ", index,
-                    " for a generator; there are ", count, " device(s)");
+  // -1: the current device; any index the backend lacks (-2 ... included,
+  // a wrapped index) raises torch.AcceleratorError, as for every device use.
+  const int index = device == -1 ? currentDevice() : device;
+  checkDeviceIndex(index);
   return static_cast<c10::DeviceIndex>(index);
 }
 

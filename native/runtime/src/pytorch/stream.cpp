@@ -66,7 +66,8 @@ c10::Stream makeStream(int device, c10::StreamId id) {
 
 int deviceCount() noexcept {
   runtime::DeviceRuntime* rt = runtime::tryGet();
-  return rt == nullptr ? 0 : rt->deviceCount();
+  if (rt != nullptr) return rt->deviceCount();
+  return runtime::isInBadFork() ? runtime::deviceCountAtFork() : 0;
 }
 
 void checkDeviceIndex(int device) {

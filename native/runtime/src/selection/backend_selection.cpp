@@ -28,12 +28,17 @@ State& state() {
 }
 
 std::atomic<bool> in_bad_fork{false};
+std::atomic<int> device_count_at_fork{0};
 
 // In a forked child of an initialized process: the runtime is unusable.
 // Clearing `ready` sends every selectedRuntime() to the slow path, which raises.
+// The parent's device count is kept: the child may still ask how many
+// devices there are (CUDA answers that in a forked child too).
 void markForkedChild() {
   State& s = state();
-  if (s.ready.load(std::memory_order_relaxed) == nullptr) return;  // never initialized
+  DeviceRuntime* runtime = s.ready.load(std::memory_order_relaxed);
+  if (runtime == nullptr) return;                      // never initialized
+  device_count_at_fork.store(runtime->deviceCount());  // a stored count, no device call
   in_bad_fork.store(true);
   s.ready.store(nullptr);
 }
@@ -124,6 +129,8 @@ DeviceRuntime* tryGet() noexcept {
 bool isInitialized() noexcept { return state().ready.load() != nullptr; }
 
 bool isInBadFork() noexcept { return in_bad_fork.load(); }
+
+int deviceCountAtFork() noexcept { return device_count_at_fork.load(); }
 
 void throwInvalidDevice(int device, int count, const std::string& backend) {
   // 101: the CUDA runtime's code for the same error (cudaErrorInvalidDevice).

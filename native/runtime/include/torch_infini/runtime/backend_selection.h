@@ -31,6 +31,10 @@ bool isInitialized() noexcept;
 // CUDA does, instead of waiting forever on a stream.
 bool isInBadFork() noexcept;
 
+// In such a child: the parent's device count (torch.infini.device_count()
+// and is_available() answer with it, as torch.cuda's do); 0 elsewhere.
+int deviceCountAtFork() noexcept;
+
 // Throws torch.AcceleratorError (c10::AcceleratorError), as CUDA does for
 // an invalid device ordinal, naming the index, the count and the backend.
 [[noreturn]] void throwInvalidDevice(int device, int count, const std::string& backend);

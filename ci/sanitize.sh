@@ -7,7 +7,8 @@
 #                                  events, copies, CPU fallback, profiler and
 #                                  the soak (inline and async), and of the
 #                                  operators (inline)
-#   bash ci/sanitize.sh --ctest    the build and the C++ tests only (what CI runs)
+#   bash ci/sanitize.sh --ctest    the build, the C++ tests, and the untrusted-input
+#                                  tests with the fuzzer at 20,000 cases (what CI runs)
 #   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
 #                                  allocator tests and the Python soak and
 #                                  stream tests, with async host streams
@@ -69,10 +70,7 @@ fi
 
 BUILD_DIR="${BUILD_DIR:-build/asan}"
 echo "== ASan + UBSan: configure, build (${BUILD_DIR})"
-# ctest alone needs no Python module (CI: a shorter build).
-PYTHON_MODULE=ON
-[ "$MODE" = "--ctest" ] && PYTHON_MODULE=OFF
-configure_and_build "${BUILD_DIR}" address,undefined -DTORCH_INFINI_BUILD_PYTHON="${PYTHON_MODULE}"
+configure_and_build "${BUILD_DIR}" address,undefined -DTORCH_INFINI_BUILD_PYTHON=ON
 export ASAN_OPTIONS="detect_leaks=1 halt_on_error=1 strict_init_order=1 check_initialization_order=1"
 export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 suppressions=${SUPP}/ubsan.supp"
@@ -84,9 +82,9 @@ if [ "$MODE" = "--ctest" ]; then
   # uninstrumented interpreter): ci/test.sh's ctest runs it.
   ctest --test-dir "${BUILD_DIR}" --output-on-failure \
     -E '^(cpp_example_installed|compiler_plugin_example)$'
-  exit 0
+else
+  ctest --test-dir "${BUILD_DIR}" --output-on-failure -E '^compiler_plugin_example$'
 fi
-ctest --test-dir "${BUILD_DIR}" --output-on-failure -E '^compiler_plugin_example$'
 
 stage_python "${BUILD_DIR}"
 # Python is not linked with the ASan runtime: it is preloaded, with libstdc++
@@ -98,6 +96,19 @@ stage_python "${BUILD_DIR}"
 # leaks of ours too. Leaks are checked by ctest above (LSan on) and by
 # tests/python/test_leaks.py (allocator and RSS over 200 training steps).
 PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
+run_instrumented() {  # pytest arguments
+  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" LD_PRELOAD="${PRELOAD}" \
+    PYTHONPATH="$(pwd)/${BUILD_DIR}/python" "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" \
+    -p no:cacheprovider "$@"
+}
+# Untrusted inputs (crafted checkpoints, storage geometries): the tests and
+# the fuzzer (the tests marked `fuzz`), with many more cases than the inline
+# suite's 3,000. An access outside a storage that the CPU comparison cannot
+# see, ASan reports.
+echo "== ASan + UBSan: untrusted inputs and the fuzzer (20,000 cases)"
+TORCH_INFINI_FUZZ_CASES="${TORCH_INFINI_FUZZ_CASES:-20000}" run_instrumented \
+  tests/python/test_untrusted_inputs.py tests/python/test_untrusted_fuzz.py
+[ "$MODE" = "--ctest" ] && exit 0
 RUNTIME_TESTS=(tests/python/test_device.py tests/python/test_memory.py
   tests/python/test_memory_history.py tests/python/test_streams_events.py tests/python/test_copy.py
   tests/python/test_tensors.py tests/python/test_cpu_fallback.py
@@ -118,7 +129,5 @@ for pass in inline async; do
   else
     export TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2
   fi
-  ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" LD_PRELOAD="${PRELOAD}" \
-    PYTHONPATH="$(pwd)/${BUILD_DIR}/python" "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" \
-    -p no:cacheprovider "${tests[@]}"
+  run_instrumented "${tests[@]}"
 done

@@ -5,7 +5,8 @@
 # host device inline, the runtime and model tests again with async streams
 # and two devices (the soak runs there), the benchmarks
 # (build/reports/benchmarks.json), and
-# finally ctest on an ASan + UBSan build (ci/sanitize.sh --ctest).
+# finally ctest and the untrusted-input tests with the fuzzer (20,000 cases)
+# on an ASan + UBSan build (ci/sanitize.sh --ctest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -88,6 +89,6 @@ step "charts (${REPORTS_DIR}/*.svg)"
   --op-coverage "${REPORTS_DIR}/op_coverage.json" --op-db "${REPORTS_DIR}/op_db.json" \
   --out "${REPORTS_DIR}"
 
-step "sanitizers: ASan + UBSan build, ctest"
+step "sanitizers: ASan + UBSan build, ctest, the untrusted-input tests and fuzzer"
 BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}" bash ci/sanitize.sh --ctest
 step "done"

@@ -55,6 +55,7 @@ BAD = [
     ("TORCH_INFINI_HOST_ASYNC", "yes"),
     ("TORCH_INFINI_HOST_QUEUE_DEPTH", "0"),
     ("TORCH_INFINI_HOST_MEMORY_LIMIT", "-1"),
+    ("TORCH_INFINI_HOST_MEMORY", "unified"),
     ("TORCH_INFINI_GRAPH_PASSES", "sometimes"),
     ("TORCH_INFINI_TRITON_ARCH", "sm_90"),
 ]

@@ -27,6 +27,7 @@
 #include "random/fill.h"
 #include "torch_infini/ops/declared_support.h"
 #include "torch_infini/ops/unary_operators.h"
+#include "torch_infini/runtime/host_runtime.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -40,7 +41,8 @@ c10::TypedOperatorHandle<Signature> fusedOperator(const char* name) {
 }
 constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
 
-// CPU tensors aliasing device views (host device memory is host memory);
+// CPU tensors aliasing device views (host device memory is host memory, or
+// in discrete mode its kernel view: runtime::hostKernelView);
 // they neither own nor free it. Every kernel needs a few, so each thread
 // that runs kernels (the caller inline, a stream worker in async mode) keeps
 // its own and repoints them per call instead of allocating new tensors.
@@ -56,7 +58,7 @@ class Aliases {
     Entry& e = slots_[slot][hashOf(ref) % kEntries];
     if (e.holds(ref)) {
       e.storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
-          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+          c10::DataPtr(runtime::hostKernelView(ref.data), c10::Device(c10::DeviceType::CPU)));
     } else {
       e.view(ref);  // a new geometry, or another one with the same index
     }
@@ -96,7 +98,7 @@ class Aliases {
             c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), meta);
       }
       storage.unsafeGetStorageImpl()->set_data_ptr_noswap(
-          c10::DataPtr(ref.data, c10::Device(c10::DeviceType::CPU)));
+          c10::DataPtr(runtime::hostKernelView(ref.data), c10::Device(c10::DeviceType::CPU)));
       storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
       c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
       if (tensor.dtype() != meta) impl->set_storage_and_dtype(storage, meta);
@@ -176,7 +178,7 @@ const at::Tensor& wrappedNumber(const c10::Scalar& value) {
 // A CPU tensor over `ref`'s memory that neither owns nor frees it (for
 // kernels with more tensors than the per-thread aliases hold).
 at::Tensor unownedCpu(const TensorRef& ref) {
-  return at::from_blob(ref.data, ref.sizes, ref.strides,
+  return at::from_blob(runtime::hostKernelView(ref.data), ref.sizes, ref.strides,
                        at::TensorOptions().dtype(ref.dtype).device(at::kCPU));
 }
 
@@ -653,7 +655,17 @@ class HostKernels final : public KernelProvider {
   }
 
   void random(const TensorRef& out, const RandomDraw& draw, runtime::StreamHandle stream) override {
-    submit(stream, [draw](const TensorRef& o_ref) { fillRandom(o_ref, draw); }, out);
+    submit(
+        stream,
+        [draw](const TensorRef& o_ref) {
+          // The kernel views of the output and of bernoulli's p (discrete mode).
+          TensorRef o = o_ref;
+          o.data = runtime::hostKernelView(o.data);
+          RandomDraw d = draw;
+          d.p.data = runtime::hostKernelView(d.p.data);
+          fillRandom(o, d);
+        },
+        out);
   }
 
   // The CPU's own GradScaler kernels over the device memory, in stream order.

@@ -25,6 +25,7 @@
 namespace torch_infini::runtime {
 
 class HostEvent;
+class DiscreteMemory;
 
 // One record of an event: done once its stream has run everything queued
 // before it. A wait holds the record that was the event's latest when the
@@ -139,23 +140,29 @@ class HostEvent {
 class HostRuntime final : public DeviceRuntime {
  public:
   HostRuntime(int devices, bool async, size_t memory_limit,
-              size_t queue_depth = HostStream::kDefaultQueueDepth);
+              size_t queue_depth = HostStream::kDefaultQueueDepth, bool discrete = false);
   ~HostRuntime() override;
 
   // TORCH_INFINI_HOST_DEVICES, TORCH_INFINI_HOST_ASYNC,
-  // TORCH_INFINI_HOST_MEMORY_LIMIT, TORCH_INFINI_HOST_QUEUE_DEPTH, parsed;
-  // a bad value raises naming its variable. Creates nothing: `import
-  // torch_infini` checks them before it registers anything.
+  // TORCH_INFINI_HOST_MEMORY_LIMIT, TORCH_INFINI_HOST_QUEUE_DEPTH,
+  // TORCH_INFINI_HOST_MEMORY, parsed; a bad value raises naming its
+  // variable. Creates nothing: `import torch_infini` checks them before it
+  // registers anything.
   struct Settings {
     int devices = 1;
     bool async = false;
     size_t memory_limit = 0;
     size_t queue_depth = HostStream::kDefaultQueueDepth;
+    // TORCH_INFINI_HOST_MEMORY=discrete: device memory the host cannot
+    // touch (providers/host/discrete_memory.h); "shared" (default): device
+    // memory is host memory.
+    bool discrete = false;
   };
   static Settings settingsFromEnvironment();
   static std::unique_ptr<HostRuntime> fromEnvironment();
 
   bool async() const { return async_; }
+  bool discrete() const { return discrete_memory_ != nullptr; }
   static HostStream& stream(StreamHandle handle) { return *static_cast<HostStream*>(handle); }
 
   const std::string& name() const override { return name_; }
@@ -210,6 +217,13 @@ class HostRuntime final : public DeviceRuntime {
   std::vector<size_t> used_;                 // bytes in use per device
   std::unordered_map<void*, size_t> sizes_;  // live device allocations
   std::atomic<uint64_t> synchronizations_{0};
+  std::unique_ptr<DiscreteMemory> discrete_memory_;  // discrete mode only
 };
+
+// Where the host kernel provider and the copy engine reach the bytes of a
+// device address: in discrete mode its kernel view (the same bytes at an
+// address the host may touch); any other address, and every address in
+// shared mode, as it is.
+void* hostKernelView(const void* address) noexcept;
 
 }  // namespace torch_infini::runtime

@@ -1,7 +1,5 @@
 #include "torch_infini/runtime/host_runtime.h"
 
-#include "torch_infini/runtime/backend_selection.h"
-
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
@@ -9,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "providers/host/discrete_memory.h"
 #include "torch_infini/runtime/backend_selection.h"
 
 namespace torch_infini::runtime {
@@ -204,12 +203,18 @@ bool HostEvent::completionTime(std::chrono::steady_clock::time_point* out) {
 
 // --------------------------------------------------------------- HostRuntime
 
-HostRuntime::HostRuntime(int devices, bool async, size_t memory_limit, size_t queue_depth)
+HostRuntime::HostRuntime(int devices, bool async, size_t memory_limit, size_t queue_depth,
+                         bool discrete)
     : devices_(devices),
       async_(async),
       memory_limit_(memory_limit),
       queue_depth_(queue_depth),
-      used_(static_cast<size_t>(devices), 0) {}
+      used_(static_cast<size_t>(devices), 0) {
+  if (discrete) {
+    const size_t per_device = memory_limit != 0 ? memory_limit : physicalMemory();
+    discrete_memory_ = std::make_unique<DiscreteMemory>(per_device * static_cast<size_t>(devices));
+  }
+}
 
 HostRuntime::~HostRuntime() = default;
 
@@ -225,12 +230,18 @@ HostRuntime::Settings HostRuntime::settingsFromEnvironment() {
       envInt("TORCH_INFINI_HOST_QUEUE_DEPTH", static_cast<long>(HostStream::kDefaultQueueDepth));
   TORCH_CHECK(depth >= 1, "TORCH_INFINI_HOST_QUEUE_DEPTH must be at least 1, got ", depth);
   settings.queue_depth = static_cast<size_t>(depth);
+  const char* memory = std::getenv("TORCH_INFINI_HOST_MEMORY");
+  const std::string mode = memory == nullptr || *memory == '\0' ? "shared" : memory;
+  TORCH_CHECK(mode == "shared" || mode == "discrete",
+              "TORCH_INFINI_HOST_MEMORY must be shared or discrete, got '", mode, "'");
+  settings.discrete = mode == "discrete";
   return settings;
 }
 
 std::unique_ptr<HostRuntime> HostRuntime::fromEnvironment() {
   const Settings s = settingsFromEnvironment();
-  return std::make_unique<HostRuntime>(s.devices, s.async, s.memory_limit, s.queue_depth);
+  return std::make_unique<HostRuntime>(s.devices, s.async, s.memory_limit, s.queue_depth,
+                                       s.discrete);
 }
 
 Capabilities HostRuntime::capabilities() const {
@@ -240,7 +251,7 @@ Capabilities HostRuntime::capabilities() const {
   caps.event_timing = true;
   caps.pinned_host = true;
   caps.async_malloc = false;
-  caps.host_addressable = true;
+  caps.host_addressable = !discrete();
   return caps;
 }
 
@@ -297,7 +308,8 @@ void* HostRuntime::malloc(int device, size_t bytes) {
   checkDevice(device);
   std::lock_guard<std::mutex> lock(memory_mutex_);
   if (memory_limit_ != 0 && used_[device] + bytes > memory_limit_) return nullptr;
-  void* ptr = alignedAlloc(bytes, kDeviceAlignment);
+  void* ptr =
+      discrete() ? discrete_memory_->allocate(bytes) : alignedAlloc(bytes, kDeviceAlignment);
   if (ptr == nullptr) return nullptr;
   used_[device] += bytes;
   sizes_.emplace(ptr, bytes);
@@ -315,7 +327,11 @@ void HostRuntime::free(int device, void* ptr) {
   TORCH_CHECK(it != sizes_.end(), "infini: free of a pointer the host device did not allocate");
   used_[device] -= it->second;
   sizes_.erase(it);
-  std::free(ptr);
+  if (discrete()) {
+    discrete_memory_->release(ptr);
+  } else {
+    std::free(ptr);
+  }
 }
 
 void* HostRuntime::mallocHost(size_t bytes) { return alignedAlloc(bytes, kHostAlignment); }
@@ -326,19 +342,24 @@ void HostRuntime::freeHost(void* ptr) {
   std::free(ptr);
 }
 
+// The copy engine reaches device memory through its kernel view (discrete
+// mode; in shared mode the view is the address itself).
 void HostRuntime::memcpy(void* dst, const void* src, size_t bytes, MemcpyKind /*kind*/) {
-  if (bytes != 0) std::memcpy(dst, src, bytes);
+  if (bytes != 0) std::memcpy(hostKernelView(dst), hostKernelView(src), bytes);
 }
 
 void HostRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, MemcpyKind /*kind*/,
                               StreamHandle s) {
   if (bytes == 0) return;
-  stream(s).submit([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  void* to = hostKernelView(dst);
+  const void* from = hostKernelView(src);
+  stream(s).submit([to, from, bytes] { std::memcpy(to, from, bytes); });
 }
 
 void HostRuntime::memsetAsync(void* dst, int value, size_t bytes, StreamHandle s) {
   if (bytes == 0) return;
-  stream(s).submit([dst, value, bytes] { std::memset(dst, value, bytes); });
+  void* to = hostKernelView(dst);
+  stream(s).submit([to, value, bytes] { std::memset(to, value, bytes); });
 }
 
 void HostRuntime::launchHostFunction(StreamHandle s, std::function<void()> work) {

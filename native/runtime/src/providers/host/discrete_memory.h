@@ -1,0 +1,64 @@
+// Device memory the host cannot touch: the `host` device's discrete mode
+// (TORCH_INFINI_HOST_MEMORY=discrete), which makes on any machine the
+// memory an accelerator has.
+//
+// One address range is reserved, in two halves of equal size. A device
+// allocation takes addresses from the lower half, which stay without access
+// rights: that is the address PyTorch sees (data_ptr()), and any host read
+// or write there faults at once, in every thread, with no state to toggle
+// (OpenReg's mprotect around each kernel is process-wide and races between
+// threads and streams). Its bytes live at the same offset in the upper half,
+// mapped read-write: the kernel view, which only the runtime's copy engine
+// (memcpy, memset) and the host kernel provider use. A fault at a device
+// address is reported as such before the process dies.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace torch_infini::runtime {
+
+class DiscreteMemory {
+ public:
+  // Reserves room for `capacity` bytes of device memory (address space
+  // only; pages are mapped as allocations need them).
+  explicit DiscreteMemory(size_t capacity);
+  ~DiscreteMemory();
+  DiscreteMemory(const DiscreteMemory&) = delete;
+  DiscreteMemory& operator=(const DiscreteMemory&) = delete;
+
+  // A device address of `bytes` bytes (zeroed), or nullptr when the range
+  // is full. Page-aligned.
+  void* allocate(size_t bytes);
+  void release(void* device_address);
+
+  // The kernel view of a device address; any other address as it is. Lock
+  // free: a range check and a constant offset.
+  static void* view(const void* address) noexcept {
+    const auto a = reinterpret_cast<uintptr_t>(address);
+    const uintptr_t begin = begin_.load(std::memory_order_relaxed);
+    if (a - begin < size_.load(std::memory_order_relaxed))
+      return reinterpret_cast<void*>(a + size_.load(std::memory_order_relaxed));
+    return const_cast<void*>(address);
+  }
+  static bool isDeviceAddress(const void* address) noexcept {
+    const auto a = reinterpret_cast<uintptr_t>(address);
+    return a - begin_.load(std::memory_order_relaxed) < size_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  // The reserved range of the one live instance (its lower half).
+  static std::atomic<uintptr_t> begin_;
+  static std::atomic<uintptr_t> size_;
+
+  uintptr_t base_ = 0;  // lower half: device addresses
+  size_t half_ = 0;
+  std::mutex mutex_;
+  std::map<uintptr_t, size_t> free_;  // offset -> length, coalesced
+  std::map<uintptr_t, size_t> used_;  // offset -> length
+};
+
+}  // namespace torch_infini::runtime

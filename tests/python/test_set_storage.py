@@ -16,7 +16,7 @@ import numpy
 import pytest
 import torch
 import torch_infini
-from infini_testing import assert_bitwise_equal, describe, run_python
+from infini_testing import assert_bitwise_equal, describe, forced_staging, run_python
 
 DEVICE = torch.device("infini", 0)
 
@@ -161,9 +161,14 @@ _lib.impl("replace_storage", _replace_storage, "CPU")
 _lib.impl("share_storage", _share_storage, "CPU")
 
 
-@pytest.fixture
-def _silent() -> Iterator[None]:
-    with torch_infini.cpu_fallback.allowed("silent"):
+@pytest.fixture(params=["in place", "staged"])
+def _silent(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The fallback silent, in place (where memory is host memory) and
+    staged through pinned memory (as on an accelerator; forced here)."""
+    with (
+        torch_infini.cpu_fallback.allowed("silent"),
+        forced_staging(request.param == "staged"),
+    ):
         yield
 
 

@@ -146,6 +146,12 @@ class Stager {
   // After the call: an argument the kernel wrote goes back to the device.
   // One the kernel gave another geometry or memory (a resized out=) goes
   // back whole, resized; otherwise its storage's span is copied back.
+  //
+  // The kernel may also have pointed the argument at other memory (set_):
+  // at another argument's staged storage, which it then takes on the device
+  // (and whose span goes back: the kernel may have written it), or at a
+  // storage of its own, which becomes a new device storage. The memory the
+  // argument viewed before is left as it was, as on the CPU.
   void wrote(const at::Tensor& target, const at::Tensor& cpu) {
     if (!target.defined() || !isInfini(target)) return;
     Entry* entry = find(target.storage().unsafeGetStorageImpl());
@@ -155,6 +161,17 @@ class Stager {
         cpu.strides().equals(target.strides())) {
       entry->written = true;
       return;
+    }
+    if (!same_memory) {
+      if (Entry* other = owner(cpu)) {
+        other->written = true;
+        adopt(target, infiniView(*other, cpu));
+        return;
+      }
+      if (entry != nullptr && entry->pinned.defined()) {
+        adopt(target, resultThroughPinned(cpu, target.device(), bytes_copied_));
+        return;
+      }
     }
     const int64_t bytes =
         static_cast<int64_t>(cpu.numel()) * static_cast<int64_t>(cpu.element_size());
@@ -188,13 +205,7 @@ class Stager {
   at::Tensor toInfini(const at::Tensor& t) {
     if (!t.defined() || !device_.get()) return t;
     requireStrided(t);
-    for (const Entry& entry : entries_) {
-      if (entry.pinned.defined() && t.storage().is_alias_of(entry.pinned.storage())) {
-        const int64_t item = static_cast<int64_t>(t.element_size());
-        return entry.infini.as_strided(t.sizes(), t.strides(),
-                                       (offsetBytes(t) + entry.first) / item);
-      }
-    }
+    if (const Entry* entry = owner(t)) return infiniView(*entry, t);
     return resultThroughPinned(t, *device_.get(), bytes_copied_);
   }
 
@@ -218,6 +229,32 @@ class Stager {
     entry.infini = at::empty({0}, t.options().dtype(at::kByte));
     entry.infini.set_(t.storage(), 0, {static_cast<int64_t>(impl->nbytes())}, {1});
     return entry;
+  }
+
+  // The entry whose pinned copy CPU tensor `t` views, if any.
+  Entry* owner(const at::Tensor& t) {
+    for (Entry& entry : entries_)
+      if (entry.pinned.defined() && t.storage().is_alias_of(entry.pinned.storage())) return &entry;
+    return nullptr;
+  }
+
+  // `t`, a view of the pinned copy of `entry`'s span, as that view of the
+  // infini storage: t's dtype, geometry and view bits.
+  static at::Tensor infiniView(const Entry& entry, const at::Tensor& t) {
+    const int64_t item = static_cast<int64_t>(t.element_size());
+    at::Tensor view = at::empty({0}, t.options().device(entry.infini.device()));
+    view.set_(entry.infini.storage(), (offsetBytes(t) + entry.first) / item, t.sizes(),
+              t.strides());
+    if (t.is_conj()) view._set_conj(true);
+    if (t.is_neg()) view._set_neg(true);
+    return view;
+  }
+
+  // `target` takes `source`'s storage and geometry (same dtype: set_ keeps it).
+  static void adopt(const at::Tensor& target, const at::Tensor& source) {
+    c10::TensorImpl* impl = target.unsafeGetTensorImpl();
+    impl->set_storage_keep_dtype(source.storage());
+    impl->set_sizes_and_strides(source.sizes(), source.strides(), source.storage_offset());
   }
 
   Entry* find(const c10::StorageImpl* impl) {

@@ -8,16 +8,24 @@ infini tensors), as the mode allows:
 * ``"silent"``: the same without warnings;
 * ``"off"``: raise NotImplementedError naming operator, dtype and backend.
 
-``TORCH_INFINI_CPU_FALLBACK`` sets the mode when the backend is first used;
-``set_mode`` changes it at run time. Random operators never fall back (no
-CPU generator stands in for a device generator), nor do view operators.
-The policy's state lives in the native library (the per-call path never
-enters Python), so it is process-wide and thread-safe; the context managers
-change it for the whole process while they are active.
+``TORCH_INFINI_CPU_FALLBACK`` sets the mode (checked at import, read when
+the backend is first used); ``set_mode`` changes it at run time. Random
+operators that draw never fall back (no CPU generator stands in for a
+device generator; called so that they draw nothing, as ``nn.RReLU`` in
+``eval()``, they do), nor do view operators. The policy's state lives in
+the native library (the per-call path never enters Python), so it is
+process-wide and thread-safe; the context managers change it for the whole
+process while they are active.
 
-Cost: each fallback call copies its infini inputs to the CPU, after the
-current stream's pending work, and its results back (``stats()`` reports
-the bytes).
+Cost: every call first waits for the current stream's pending work. Where
+device memory is host memory (``host``, InfiniRT ``cpu``) the CPU kernel
+then runs on the infini tensors' memory in place: no input is copied,
+in-place and ``out=`` results are written where they are, and the results
+it allocates are device memory (only a result the kernel keeps a reference
+to is copied, once). Elsewhere the call is staged: the bytes its arguments
+cover are copied into pinned host memory, the kernel runs on those copies,
+and what it wrote or allocated goes back to the device on the current
+stream. ``stats()`` reports the bytes copied either way.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ default on a host-addressable backend) Inductor lowers each such call
 (graph_passes/decompositions.py) and fuses it with its neighbours: no
 ``torch.ops.infini`` call is left in the compiled code. Where they rewrite,
 the call stays one fused kernel. Either way results match the CPU oracle
-(fused_oracles.py: stock PyTorch), values and strides, forward and backward.
+(fused_oracles.py: stock PyTorch, in float and rounded once as the kernels
+promise), values and strides, forward and backward: float16 and bfloat16
+results bit for bit, float32 and float64 within a few ulps (WIDE_EPS says
+why).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import fused_oracles as oracle
 import pytest
 import torch
 import torch_infini
+from infini_testing import assert_bitwise_equal
 from torch._inductor.graph import GraphLowering
 from torch_infini import graph_passes
 
@@ -77,16 +81,55 @@ def _oracle(name: str) -> Callable[..., Any]:
     return lambda *xs: fn(*(x * 2 for x in xs))
 
 
+# Neither Inductor's C++ kernel nor, where a call stays the fused operator, the
+# host's reference kernel (native/ops/src/fused) is ATen's: Inductor's vectorized
+# exp (silu, softmax) and rsqrt and their orders of summation (rms_norm's mean,
+# softmax's sum) put float32 and float64 results a few ulps from the eager
+# oracle's (measured: up to 1.9 eps relative in float32, 2.3e-7; 1.7 eps in
+# float64). Rounded once to float16 or bfloat16, those lie 2^13 and 2^16 times
+# below the result's ulp, and for these inputs the half-precision results are
+# the oracle's bits: there a rounding left out (add_rms_norm's residual sum kept
+# in float: 72 of 320 float16 and 82 bfloat16 outputs change) shows.
+WIDE_EPS = 4  # relative tolerance in eps of float32 and float64: the measured 1.9, twice
+
+
+def _assert_value(got: torch.Tensor, want: torch.Tensor) -> None:
+    """``got`` (on infini) against the oracle's ``want``: bit for bit in float16
+    and bfloat16, within WIDE_EPS relative eps in float32 and float64, and
+    the same strides."""
+    if want.dtype in (torch.float16, torch.bfloat16):
+        assert_bitwise_equal(got, want)
+    else:
+        eps = torch.finfo(want.dtype).eps
+        torch.testing.assert_close(got.cpu(), want, rtol=WIDE_EPS * eps, atol=0, equal_nan=True)
+    assert got.stride() == want.stride()
+
+
 def _assert_matches(got: Any, want: Any) -> None:
     gots = got if isinstance(got, tuple) else (got,)
     wants = want if isinstance(want, tuple) else (want,)
     assert len(gots) == len(wants)
     for g, w in zip(gots, wants, strict=True):
-        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
-        assert g.stride() == w.stride()
+        _assert_value(g, w)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+# The backward is the operator's own formula (torch_infini's autograd
+# registration, compiled by Inductor); the oracle's autograd differentiates the
+# composition: the same derivative in other expressions, summed over a row in
+# another order. Float32 gradients differ by up to 2.4e-6 where they reach 22
+# (add_rms_norm's weight) and 6.3e-7 where they reach 0.5 (causal_softmax: the
+# error follows the incoming gradient's scale, not the result's), so PyTorch's
+# float32 tolerances (atol 1e-5, rtol 1.3e-6) for another kernel's rounding.
+def _assert_gradient(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert want.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), want)
+
+
+# Every floating dtype the operators declare.
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", OPERATORS)
 def test_a_call_is_lowered_by_inductor_where_nothing_is_rewritten(
     name: str, dtype: torch.dtype
@@ -156,8 +199,8 @@ def test_gradients_through_a_lowered_call_match_cpu(name: str) -> None:
         (torch.compile(_call(name))(*dev) * weights.to(DEVICE)).sum().backward()
     assert "torch.ops.infini" not in codes[0]  # the forward
     for leaf, d in zip(leaves, dev, strict=True):
-        assert d.grad is not None
-        torch.testing.assert_close(d.grad.cpu(), leaf.grad)
+        assert d.grad is not None and leaf.grad is not None
+        _assert_gradient(d.grad, leaf.grad)
 
 
 def _sized_inputs(name: str, n: int) -> tuple[torch.Tensor, ...]:
@@ -203,6 +246,6 @@ def test_with_gradients_one_dynamic_compile_serves_every_size(name: str) -> None
         sum((d * c.to(DEVICE)).sum() for d, c in zip(gots, weights, strict=True)).backward()
         _assert_matches(tuple(x.detach() for x in gots), tuple(w.detach() for w in wants))
         for leaf, d in zip(leaves, dev, strict=True):
-            assert d.grad is not None
-            torch.testing.assert_close(d.grad.cpu(), leaf.grad)
+            assert d.grad is not None and leaf.grad is not None
+            _assert_gradient(d.grad, leaf.grad)
     assert counters["stats"]["unique_graphs"] == 1

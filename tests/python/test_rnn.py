@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from infini_testing import raises_exactly
+from infini_testing import assert_bitwise_equal, raises_exactly
 from op_helpers import DEVICE, make_cpu, runs_cpu_kernels
 from torch import nn
 
@@ -280,18 +280,84 @@ def test_lstm_dropout_between_layers_draws_on_infini() -> None:
     assert torch.equal(dev(x)[0].cpu(), dev(x)[0].cpu())
 
 
+def _cuda_autocast_reference(
+    layer: nn.Module, x: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, ...]:
+    """What CUDA computes for a one-layer nn.LSTM or nn.GRU (zero initial
+    state) under autocast to ``dtype``, composed on the CPU from stock
+    operators: (output, h_n[, c_n]).
+
+    Per time step ATen's composite form (aten/src/ATen/native/RNN.cpp, the
+    cells' fused path off the CPU) multiplies the step's input and the hidden
+    state by the transposed weights (matmul: lower precision, so in ``dtype``)
+    and calls the fused cell (``_thnn_fused_lstm_cell`` or ``_gru_cell``: lower
+    precision too, so the float32 zero state and biases are cast to ``dtype``).
+    The cell computes as CUDA's kernel (aten/src/ATen/native/cuda/RNN.cu): in
+    float, the gates summed as input + hidden + input bias + hidden bias, and
+    rounds its results once to ``dtype``. The CPU's own route is no oracle: it
+    takes no fused cell, and CPU autocast's lists differ."""
+    w_ih, w_hh = layer.weight_ih_l0.detach(), layer.weight_hh_l0.detach()
+    b1 = layer.bias_ih_l0.detach().to(dtype).float()
+    b2 = layer.bias_hh_l0.detach().to(dtype).float()
+    h = torch.zeros(x.shape[1], layer.hidden_size)
+    c = torch.zeros_like(h)
+    outputs = []
+    for step in x.unbind(0):
+        gates_in = torch.matmul(step.to(dtype), w_ih.t().to(dtype)).float()
+        gates_hidden = torch.matmul(h.to(dtype), w_hh.t().to(dtype)).float()
+        if isinstance(layer, nn.LSTM):
+            i, f, g, o = (gates_in + gates_hidden + b1 + b2).chunk(4, 1)
+            i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+            c_wide = f * c.to(dtype).float() + i * g
+            h, c = (o * c_wide.tanh()).to(dtype), c_wide.to(dtype)
+        else:
+            in_r, in_z, in_n = gates_in.chunk(3, 1)
+            hid_r, hid_z, hid_n = gates_hidden.chunk(3, 1)
+            (b1_r, b1_z, b1_n), (b2_r, b2_z, b2_n) = b1.chunk(3), b2.chunk(3)
+            r = (in_r + hid_r + b1_r + b2_r).sigmoid()
+            z = (in_z + hid_z + b1_z + b2_z).sigmoid()
+            n = ((in_n + b1_n) + r * (hid_n + b2_n)).tanh()
+            h_wide = h.to(dtype).float()
+            h = (n + z * (h_wide - n)).to(dtype)
+        outputs.append(h)
+    final = (h, c) if isinstance(layer, nn.LSTM) else (h,)
+    return (torch.stack(outputs), *(s.unsqueeze(0) for s in final))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layer", [nn.LSTM, nn.GRU], ids=["LSTM", "GRU"])
-def test_under_infini_autocast_cells_follow_cudas_policy(layer: type[nn.Module]) -> None:
-    """Autocast on infini is CUDA's policy: lstm_cell and gru_cell in
-    float16, through the fused cells. The CPU's route is not taken there."""
+def test_under_infini_autocast_cells_follow_cudas_policy(
+    layer: type[nn.Module], dtype: torch.dtype
+) -> None:
+    """Autocast on infini is CUDA's policy: lstm_cell and gru_cell in the
+    autocast dtype, through the fused cells. The CPU's route is not taken
+    there. The output and final states are CUDA's computation composed on
+    the CPU (_cuda_autocast_reference): bit for bit where infini runs the
+    CPU's kernels (the fused cells are ATen calls on infini tensors,
+    rnn_cells.cpp), within PyTorch's tolerances for the dtype elsewhere."""
     import torch_infini
 
     torch.manual_seed(0)
-    dev = layer(5, 4).to(DEVICE)
-    x = make_cpu((6, 2, 5), torch.float32, seed=7).to(DEVICE)
-    outputs: list[torch.Tensor] = []
-    with torch_infini.cpu_fallback.allowed("silent"), torch.autocast("infini", torch.float16):
-        calls = _aten_calls(lambda: outputs.append(dev(x)[0]))
-    assert outputs[0].dtype == torch.float16
+    cpu = layer(5, 4)
+    dev = copy.deepcopy(cpu).to(DEVICE)
+    x_cpu = make_cpu((6, 2, 5), torch.float32, seed=7)
+    x = x_cpu.to(DEVICE)
+    results: list[torch.Tensor] = []
+
+    def run() -> None:
+        out, final = dev(x)
+        results.extend([out, *(final if isinstance(final, tuple) else (final,))])
+
+    with torch_infini.cpu_fallback.allowed("silent"), torch.autocast("infini", dtype):
+        calls = _aten_calls(run)
+    assert [r.dtype for r in results] == [dtype] * len(results)
     fused = "aten::_thnn_fused_lstm_cell" if layer is nn.LSTM else "aten::_thnn_fused_gru_cell"
     assert calls.get(fused, 0) >= 6  # one per time step (6)
+    wants = _cuda_autocast_reference(cpu, x_cpu, dtype)
+    assert len(results) == len(wants)
+    for got, want in zip(results, wants, strict=True):
+        if runs_cpu_kernels():
+            assert_bitwise_equal(got, want)
+        else:  # InfiniOps' kernels round the sums and products their own way
+            torch.testing.assert_close(got.cpu(), want)
+        assert got.stride() == want.stride()

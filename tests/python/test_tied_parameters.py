@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch_infini
+from infini_testing import assert_bitwise_equal
+from op_helpers import runs_cpu_kernels
 from torch import nn
 
 DEVICE = torch.device("infini", 0)
@@ -202,10 +204,31 @@ def test_gpt2_from_a_config_keeps_its_tied_head_and_trains_as_on_the_cpu(_quiet:
         return out
 
     got, expected = steps(dev, DEVICE), steps(cpu, "cpu")
-    torch.testing.assert_close(torch.stack(got), torch.stack(expected), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(
-        dev.transformer.wte.weight.grad.cpu(),
-        cpu.transformer.wte.weight.grad,
-        rtol=1e-4,
-        atol=1e-5,
-    )
+    assert dev.lm_head.weight is dev.transformer.wte.weight
+    if not runs_cpu_kernels():
+        # InfiniOps' kernels sum in another order, and AdamW's first steps
+        # move every weight by about lr whatever its gradient's size (m /
+        # sqrt(v)), so a gradient near 0 whose sign rounds differently moves
+        # its weight the other way: the losses and the tied gradient after three
+        # steps agree to 1e-4, not to float32's rounding (a bound kept from
+        # before: on host, where it is not needed, the bits are the CPU's).
+        torch.testing.assert_close(torch.stack(got), torch.stack(expected), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            dev.transformer.wte.weight.grad.cpu(),
+            cpu.transformer.wte.weight.grad,
+            rtol=1e-4,
+            atol=1e-5,
+        )
+        return
+    # host runs the CPU's kernels: every loss, gradient and weight after three
+    # steps is the CPU's, bit for bit
+    assert_bitwise_equal(torch.stack(got), torch.stack(expected))
+    failures = []
+    for (name, p), q in zip(dev.named_parameters(), cpu.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        for what, g, w in (("gradient", p.grad, q.grad), ("weight", p.detach(), q.detach())):
+            try:
+                assert_bitwise_equal(g, w)
+            except AssertionError as failure:
+                failures.append(f"{name} ({what}): {failure}")
+    assert not failures, "\n".join(failures)

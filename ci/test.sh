@@ -5,8 +5,8 @@
 # host device inline, the runtime and model tests again with async streams
 # and two devices (the soak runs there), the benchmarks
 # (build/reports/benchmarks.json), and
-# finally ctest and the untrusted-input tests with the fuzzer (20,000 cases)
-# on an ASan + UBSan build (ci/sanitize.sh --ctest).
+# finally ctest and the untrusted-input tests with the fuzzer on an ASan +
+# UBSan build (ci/sanitize.sh --ctest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -76,6 +76,16 @@ TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
   "$PYTHON" -m pytest -q -n "${JOBS}" -m "requires_two_devices or requires_async_host" \
   "${ASYNC_TESTS[@]/#/--ignore=}" tests/python tests/conformance
+
+# The untrusted-input fuzzer again with many more cases (the tests marked
+# fuzz; ~30 s), and the untrusted-input tests on a device whose memory the
+# host cannot touch (the host device's discrete mode).
+step "fuzzer: 40,000 cases; untrusted inputs in discrete mode"
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_FUZZ_CASES=40000 \
+  "$PYTHON" -m pytest -q -n "${JOBS}" -m fuzz tests/python/test_untrusted_fuzz.py
+env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_HOST_MEMORY=discrete \
+  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python/test_untrusted_inputs.py \
+  tests/python/test_untrusted_fuzz.py tests/python/test_set_storage.py
 
 # Ratios are reported, never asserted (a shared CI machine is noisy); a
 # result that differs from the CPU fails the run. Three rounds here (CI's

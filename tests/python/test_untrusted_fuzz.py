@@ -8,9 +8,9 @@ subprocess: a crash fails this test and names the case), never reads or
 writes outside a storage (values and the storage after a write equal the
 CPU's), and a refused resize_ leaves the tensor as it was.
 
-Inline: 3,000 cases. ``TORCH_INFINI_FUZZ_CASES`` sets more; CI runs the
-tests marked ``fuzz`` again with many more cases (ci/test.sh) and under
-ASan + UBSan (ci/sanitize.sh).
+Inline: 3,000 cases. ``TORCH_INFINI_FUZZ_CASES`` sets more: CI runs the
+tests marked ``fuzz`` again with 40,000 (ci/test.sh), in discrete mode,
+and under ASan + UBSan (ci/sanitize.sh).
 """
 
 from __future__ import annotations

@@ -32,27 +32,18 @@ for _path in (TOOLS_DIR, REPO_ROOT / "tests" / "python"):
         sys.path.insert(0, str(_path))
 
 from infini_testing import (  # noqa: E402
-    ASYNC_HOST_REASON,
-    FALLBACK_OFF_REASON,
-    TWO_DEVICES_REASON,
     cpu_fallback_mode_guard,
-    has_async_host,
-    has_two_devices,
+    register_markers,
+    skip_unless_configured,
 )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"fallback_off: {FALLBACK_OFF_REASON}")
-    # The Python suite's markers: CI's two-device pass selects them here too.
-    config.addinivalue_line("markers", f"requires_two_devices: {TWO_DEVICES_REASON}")
-    config.addinivalue_line("markers", f"requires_async_host: {ASYNC_HOST_REASON}")
+    register_markers(config)  # the Python suite's: CI's two-device pass selects them here too
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("requires_two_devices") is not None and not has_two_devices():
-        pytest.skip(TWO_DEVICES_REASON)
-    if item.get_closest_marker("requires_async_host") is not None and not has_async_host():
-        pytest.skip(ASYNC_HOST_REASON)
+    skip_unless_configured(item)
 
 
 def _device_modules() -> list[Any]:

@@ -28,14 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
-from infini_testing import (
-    ASYNC_HOST_REASON,
-    FALLBACK_OFF_REASON,
-    TWO_DEVICES_REASON,
-    cpu_fallback_mode_guard,
-    has_async_host,
-    has_two_devices,
-)
+from infini_testing import cpu_fallback_mode_guard, register_markers, skip_unless_configured
 
 # The report tools (tools/), which also import PyTorch's own test data
 # (op_coverage.torch_testing_internal), as in the conformance suite.
@@ -58,19 +51,14 @@ settings.load_profile("torch_infini")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"requires_two_devices: {TWO_DEVICES_REASON}")
-    config.addinivalue_line("markers", f"requires_async_host: {ASYNC_HOST_REASON}")
-    config.addinivalue_line("markers", f"fallback_off: {FALLBACK_OFF_REASON}")
+    register_markers(config)
     config.addinivalue_line(
         "markers", "fuzz: the untrusted-input fuzzer (TORCH_INFINI_FUZZ_CASES sets its size)"
     )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("requires_two_devices") is not None and not has_two_devices():
-        pytest.skip(TWO_DEVICES_REASON)
-    if item.get_closest_marker("requires_async_host") is not None and not has_async_host():
-        pytest.skip(ASYNC_HOST_REASON)
+    skip_unless_configured(item)
 
 
 @pytest.fixture(autouse=True)

@@ -41,6 +41,26 @@ requires_async_host = pytest.mark.requires_async_host
 fallback_off = pytest.mark.fallback_off
 
 
+def register_markers(config: pytest.Config) -> None:
+    """The suite's markers, for both conftests (tests/python, tests/conformance):
+    CI's passes select them by name."""
+    for name, reason in (
+        ("requires_two_devices", TWO_DEVICES_REASON),
+        ("requires_async_host", ASYNC_HOST_REASON),
+        ("fallback_off", FALLBACK_OFF_REASON),
+    ):
+        config.addinivalue_line("markers", f"{name}: {reason}")
+
+
+def skip_unless_configured(item: pytest.Item) -> None:
+    """Skips a test marked for two devices or async streams where this
+    run's configuration has neither (the reason says which to set)."""
+    if item.get_closest_marker("requires_two_devices") is not None and not has_two_devices():
+        pytest.skip(TWO_DEVICES_REASON)
+    if item.get_closest_marker("requires_async_host") is not None and not has_async_host():
+        pytest.skip(ASYNC_HOST_REASON)
+
+
 def invalid_device_index() -> int:
     """An index no configuration of the suite has: 7, or the count if larger."""
     return max(7, torch.infini.device_count())

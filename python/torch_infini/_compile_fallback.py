@@ -29,14 +29,19 @@ _warned = False
 def inductor_serves_infini() -> bool:
     """Whether Inductor serves infini: its C++ code generation where device
     memory is host memory, its Triton code generation where the device
-    type's compiler plug-in compiles Triton."""
+    type's compiler plug-in compiles Triton.
+
+    Only a device type without any plug-in (NotImplementedError) falls back
+    to aot_eager; a plug-in that is configured but cannot be loaded raises
+    its error, naming it, on every backend (it was asked for, and nothing
+    silently stands in for it)."""
     from . import _backend, _compiler
 
     if _backend.host_addressable() and not os.environ.get(_compiler.DEVICE_TYPE_SWITCH):
         return True
     try:
         return _compiler.source_language() == "triton"
-    except Exception:  # noqa: BLE001  (no plug-in: aot_eager, as before)
+    except NotImplementedError:  # no plug-in for the device type: aot_eager
         return False
 
 

@@ -451,3 +451,24 @@ def test_torch_compile_names_the_plugin_it_could_not_use(tmp_path: Path) -> None
     proc = _compile_in_a_process(missing, tmp_path)
     assert proc.returncode != 0
     assert f"compiler plug-in {missing}: cannot be loaded" in proc.stderr, describe(proc)
+
+
+def test_a_plugin_that_cannot_load_fails_the_compile_for_an_accelerator_too(
+    tmp_path: Path,
+) -> None:
+    """For a device type whose memory is not host memory (metax here, by
+    the test-only switch), a configured plug-in that cannot be loaded fails
+    torch.compile naming it; it once "compiled" with aot_eager instead."""
+    missing = tmp_path / "libmissing_plugin.so"
+    proc = run_python(
+        _COMPILE_IN_A_PROCESS,
+        env={
+            "TORCH_INFINI_COMPILER_PLUGINS": str(missing),
+            "TORCH_INFINI_COMPILER_DEVICE_TYPE": "metax",
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        },
+        timeout=300,
+    )
+    assert proc.returncode != 0, describe(proc)
+    assert f"compiler plug-in {missing}: cannot be loaded" in proc.stderr, describe(proc)
+    assert "aot_eager" not in proc.stderr, describe(proc)

@@ -220,10 +220,23 @@ class HostRuntime final : public DeviceRuntime {
   std::unique_ptr<DiscreteMemory> discrete_memory_;  // discrete mode only
 };
 
+// The device addresses of discrete mode: [begin, begin + size), whose
+// kernel view lies `size` bytes above (providers/host/discrete_memory.h);
+// both 0 in shared mode. Inline below: the host provider asks per tensor of
+// every kernel.
+extern std::atomic<uintptr_t> discrete_device_begin;
+extern std::atomic<uintptr_t> discrete_device_size;
+
 // Where the host kernel provider and the copy engine reach the bytes of a
 // device address: in discrete mode its kernel view (the same bytes at an
 // address the host may touch); any other address, and every address in
 // shared mode, as it is.
-void* hostKernelView(const void* address) noexcept;
+inline void* hostKernelView(const void* address) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  const uintptr_t size = discrete_device_size.load(std::memory_order_relaxed);
+  if (a - discrete_device_begin.load(std::memory_order_relaxed) < size)
+    return reinterpret_cast<void*>(a + size);
+  return const_cast<void*>(address);
+}
 
 }  // namespace torch_infini::runtime

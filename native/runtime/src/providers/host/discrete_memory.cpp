@@ -7,14 +7,10 @@
 
 #include <iterator>
 
-#include "torch_infini/runtime/host_runtime.h"
-
 namespace torch_infini::runtime {
 
-std::atomic<uintptr_t> DiscreteMemory::begin_{0};
-std::atomic<uintptr_t> DiscreteMemory::size_{0};
-
-void* hostKernelView(const void* address) noexcept { return DiscreteMemory::view(address); }
+std::atomic<uintptr_t> discrete_device_begin{0};
+std::atomic<uintptr_t> discrete_device_size{0};
 
 namespace {
 
@@ -96,7 +92,7 @@ void installFaultReport() {
 }  // namespace
 
 DiscreteMemory::DiscreteMemory(size_t capacity) {
-  TORCH_CHECK(begin_.load() == 0, "infini: one discrete host memory per process");
+  TORCH_CHECK(discrete_device_begin.load() == 0, "infini: one discrete host memory per process");
   half_ = roundUp(capacity == 0 ? pageSize() : capacity, pageSize());
   void* base =
       mmap(nullptr, 2 * half_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -104,14 +100,14 @@ DiscreteMemory::DiscreteMemory(size_t capacity) {
               " bytes of address space for the host device's discrete memory");
   base_ = reinterpret_cast<uintptr_t>(base);
   free_.emplace(0, half_);
-  size_.store(half_);
-  begin_.store(base_);
+  discrete_device_size.store(half_);
+  discrete_device_begin.store(base_);
   installFaultReport();
 }
 
 DiscreteMemory::~DiscreteMemory() {
-  begin_.store(0);
-  size_.store(0);
+  discrete_device_begin.store(0);
+  discrete_device_size.store(0);
   munmap(reinterpret_cast<void*>(base_), 2 * half_);
 }
 

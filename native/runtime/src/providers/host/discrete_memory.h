@@ -19,6 +19,8 @@
 #include <map>
 #include <mutex>
 
+#include "torch_infini/runtime/host_runtime.h"
+
 namespace torch_infini::runtime {
 
 class DiscreteMemory {
@@ -35,25 +37,13 @@ class DiscreteMemory {
   void* allocate(size_t bytes);
   void release(void* device_address);
 
-  // The kernel view of a device address; any other address as it is. Lock
-  // free: a range check and a constant offset.
-  static void* view(const void* address) noexcept {
-    const auto a = reinterpret_cast<uintptr_t>(address);
-    const uintptr_t begin = begin_.load(std::memory_order_relaxed);
-    if (a - begin < size_.load(std::memory_order_relaxed))
-      return reinterpret_cast<void*>(a + size_.load(std::memory_order_relaxed));
-    return const_cast<void*>(address);
-  }
   static bool isDeviceAddress(const void* address) noexcept {
     const auto a = reinterpret_cast<uintptr_t>(address);
-    return a - begin_.load(std::memory_order_relaxed) < size_.load(std::memory_order_relaxed);
+    return a - discrete_device_begin.load(std::memory_order_relaxed) <
+           discrete_device_size.load(std::memory_order_relaxed);
   }
 
  private:
-  // The reserved range of the one live instance (its lower half).
-  static std::atomic<uintptr_t> begin_;
-  static std::atomic<uintptr_t> size_;
-
   uintptr_t base_ = 0;  // lower half: device addresses
   size_t half_ = 0;
   std::mutex mutex_;

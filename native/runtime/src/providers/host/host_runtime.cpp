@@ -307,7 +307,11 @@ std::pair<size_t, size_t> HostRuntime::memGetInfo(int device) {
 void* HostRuntime::malloc(int device, size_t bytes) {
   checkDevice(device);
   std::lock_guard<std::mutex> lock(memory_mutex_);
-  if (memory_limit_ != 0 && used_[device] + bytes > memory_limit_) return nullptr;
+  // Discrete memory maps pages lazily, so nothing else bounds it: a device
+  // has the host's physical memory, as memGetInfo reports (shared mode's
+  // allocations fail in the host allocator instead).
+  const size_t capacity = memory_limit_ != 0 ? memory_limit_ : discrete() ? physicalMemory() : 0;
+  if (capacity != 0 && used_[device] + bytes > capacity) return nullptr;
   void* ptr =
       discrete() ? discrete_memory_->allocate(bytes) : alignedAlloc(bytes, kDeviceAlignment);
   if (ptr == nullptr) return nullptr;

@@ -19,15 +19,7 @@ from __future__ import annotations
 
 import os
 
-from . import _C, _backend
-
-
-def _check_graph_passes() -> None:
-    from .graph_passes import _MODES, MODE_VARIABLE
-
-    mode = os.environ.get(MODE_VARIABLE, "auto")
-    if mode not in _MODES:
-        raise ValueError(f"{MODE_VARIABLE}={mode!r}: expected one of {', '.join(_MODES)}")
+from . import _C, _backend, graph_passes
 
 
 def _check_triton_arch() -> None:
@@ -45,7 +37,7 @@ def check() -> str:
     requested = _backend.requested_from_environment()  # ImportError itself
     try:
         _C._check_settings()
-        _check_graph_passes()
+        graph_passes.mode()
         _check_triton_arch()
     except (RuntimeError, ValueError) as error:
         raise ImportError(f"torch_infini: {error}") from error

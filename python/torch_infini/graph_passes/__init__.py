@@ -47,17 +47,23 @@ MODE_VARIABLE = "TORCH_INFINI_GRAPH_PASSES"
 _MODES = ("auto", "always", "never")
 
 
+def mode() -> str:
+    """``TORCH_INFINI_GRAPH_PASSES`` (auto, always, never; see above);
+    ValueError naming it for another value."""
+    value = os.environ.get(MODE_VARIABLE, "auto")
+    if value not in _MODES:
+        raise ValueError(f"{MODE_VARIABLE}={value!r}: expected one of {', '.join(_MODES)}")
+    return value
+
+
 def rewrites_enabled() -> bool:
-    """Whether the built-in passes rewrite on the selected backend
-    (``TORCH_INFINI_GRAPH_PASSES``: auto, always, never; see above)."""
-    mode = os.environ.get(MODE_VARIABLE, "auto")
-    if mode not in _MODES:
-        raise ValueError(f"{MODE_VARIABLE}={mode!r}: expected one of {', '.join(_MODES)}")
-    if mode == "auto":
+    """Whether the built-in passes rewrite on the selected backend."""
+    mode_ = mode()
+    if mode_ == "auto":
         from .._backend import host_addressable
 
         return not host_addressable()
-    return mode == "always"
+    return mode_ == "always"
 
 
 BUILTIN_PIPELINE = (

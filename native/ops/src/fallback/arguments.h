@@ -257,25 +257,22 @@ void returnsToInfini(const c10::FunctionSchema& schema, torch::jit::Stack* stack
   const size_t num_returns = schema.returns().size();
   const size_t ret_begin = stack->size() - num_returns;
   for (size_t r = 0; r < num_returns; ++r) {
-    const c10::IValue& result = (*stack)[ret_begin + r];
-    if (result.isTensor()) {
-      refuseQuantizedResult(schema, result.toTensor());
-    } else if (result.isTensorList()) {
-      for (const at::Tensor& t : result.toTensorList().vec()) refuseQuantizedResult(schema, t);
-    }
-  }
-  for (size_t r = 0; r < num_returns; ++r) {
     c10::IValue& value = (*stack)[ret_begin + r];
     if (mutated_arguments != nullptr && (*mutated_arguments)[r] >= 0) {
       value = original[static_cast<size_t>((*mutated_arguments)[r])];
     } else if (value.isTensor()) {
+      refuseQuantizedResult(schema, value.toTensor());
       // Moved out, so the CPU result is held only where the kernel left it.
       value = to_infini(std::move(value).toTensor());
     } else if (value.isTensorList()) {
       c10::List<at::Tensor> cpu = std::move(value).toTensorList();
       c10::List<at::Tensor> list;
       list.reserve(cpu.size());
-      for (size_t i = 0; i < cpu.size(); ++i) list.push_back(to_infini(cpu.extract(i)));
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        at::Tensor t = cpu.extract(i);
+        refuseQuantizedResult(schema, t);
+        list.push_back(to_infini(std::move(t)));
+      }
       value = list;
     }
   }

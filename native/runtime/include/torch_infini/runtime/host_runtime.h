@@ -231,12 +231,16 @@ extern std::atomic<uintptr_t> discrete_device_size;
 // device address: in discrete mode its kernel view (the same bytes at an
 // address the host may touch); any other address, and every address in
 // shared mode, as it is.
+inline bool isDiscreteDeviceAddress(const void* address) noexcept {
+  return reinterpret_cast<uintptr_t>(address) -
+             discrete_device_begin.load(std::memory_order_relaxed) <
+         discrete_device_size.load(std::memory_order_relaxed);
+}
+
 inline void* hostKernelView(const void* address) noexcept {
-  const auto a = reinterpret_cast<uintptr_t>(address);
-  const uintptr_t size = discrete_device_size.load(std::memory_order_relaxed);
-  if (a - discrete_device_begin.load(std::memory_order_relaxed) < size)
-    return reinterpret_cast<void*>(a + size);
-  return const_cast<void*>(address);
+  if (!isDiscreteDeviceAddress(address)) return const_cast<void*>(address);
+  return static_cast<char*>(const_cast<void*>(address)) +
+         discrete_device_size.load(std::memory_order_relaxed);
 }
 
 }  // namespace torch_infini::runtime

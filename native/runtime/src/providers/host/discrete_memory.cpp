@@ -63,7 +63,7 @@ void writeHex(uintptr_t value) {
 
 void onFault(int signal, siginfo_t* info, void* /*context*/) {
   // A fault the kernel raised (not a signal sent) at a device address.
-  if (info != nullptr && info->si_code > 0 && DiscreteMemory::isDeviceAddress(info->si_addr)) {
+  if (info != nullptr && info->si_code > 0 && isDiscreteDeviceAddress(info->si_addr)) {
     writeText("\ninfini: host code read or wrote device memory at address ");
     writeHex(reinterpret_cast<uintptr_t>(info->si_addr));
     writeText(

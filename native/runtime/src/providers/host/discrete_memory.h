@@ -37,12 +37,6 @@ class DiscreteMemory {
   void* allocate(size_t bytes);
   void release(void* device_address);
 
-  static bool isDeviceAddress(const void* address) noexcept {
-    const auto a = reinterpret_cast<uintptr_t>(address);
-    return a - discrete_device_begin.load(std::memory_order_relaxed) <
-           discrete_device_size.load(std::memory_order_relaxed);
-  }
-
  private:
   uintptr_t base_ = 0;  // lower half: device addresses
   size_t half_ = 0;

@@ -85,6 +85,42 @@ def time_per_iteration(fn: Callable[[], object], iterations: int, device: bool) 
     return (time.perf_counter() - start) / iterations
 
 
+def memory_mode() -> str:
+    """ "discrete" where device memory is out of the host's reach (the host
+    device's TORCH_INFINI_HOST_MEMORY=discrete, accelerators), else "shared"."""
+    return "shared" if torch_infini._C._capabilities()["host_addressable"] else "discrete"
+
+
+def boundary_traffic(fn: Callable[[], object], per: int = 1, unit: str = "step") -> str:
+    """What one fn() moves across the host boundary, per ``unit`` (fn does
+    ``per`` of them): the CPU fallback's calls (staged through pinned memory
+    in discrete mode, in place in shared mode), and the bytes copied host to
+    device and device to host (the host device counts every copy: staged
+    calls, .item(), token reads)."""
+    torch_infini.cpu_fallback.reset_stats()
+    sync()
+    host = torch_infini.backend() == "host"
+    before = torch_infini._C._host_transfer_bytes() if host else (0, 0)
+    fn()
+    sync()
+    after = torch_infini._C._host_transfer_bytes() if host else (0, 0)
+    stats = torch_infini.cpu_fallback.stats().values()
+    calls = sum(s.calls for s in stats) / per
+    how = "staged" if memory_mode() == "discrete" else "in place"
+    line = f"per {unit}: {calls:.1f} fallback calls ({how})"
+    if host:
+        to_device, to_host = ((a - b) / per for a, b in zip(after, before, strict=True))
+        line += f", {_bytes(to_device)} to the device, {_bytes(to_host)} to the host"
+    return line
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 def meets(ratio: float, target: str) -> bool:
     op, value = target.split()
     return ratio <= float(value) if op == "<=" else ratio >= float(value)
@@ -470,6 +506,18 @@ def llama_cases(scale: float) -> list[Case]:
         loss_dev = step(dev, torch.optim.AdamW(dev.parameters(), lr=1e-4), inputs_dev, targets_dev)
         return abs(loss_cpu - loss_dev) <= 1e-4 * abs(loss_cpu)
 
+    @functools.cache
+    def training_copy() -> tuple[Any, torch.optim.Optimizer]:
+        # A copy whose optimizer state exists: the timed model keeps its trajectory.
+        dev = copy.deepcopy(model_dev)
+        opt = torch.optim.AdamW(dev.parameters(), lr=1e-4)
+        step(dev, opt, inputs_dev, targets_dev)
+        return dev, opt
+
+    def step_copy() -> float:
+        dev, opt = training_copy()
+        return step(dev, opt, inputs_dev, targets_dev)
+
     def generation_agrees() -> bool:
         tokens_dev = llama.generate(model_dev, prompt_dev, 32)[0]
         return tokens_dev == llama.generate(model_cpu, prompt, 32)[0]
@@ -492,6 +540,7 @@ def llama_cases(scale: float) -> list[Case]:
             lambda: step(model_dev, opt_dev, inputs_dev, targets_dev),
             step_agrees,
             iters,
+            lambda: boundary_traffic(lambda: step_copy(), unit="training step"),
         ),
         Case(
             "Llama generate 32 tokens (KV cache)",
@@ -501,6 +550,9 @@ def llama_cases(scale: float) -> list[Case]:
             lambda: llama.generate(model_dev, prompt_dev, 32),
             generation_agrees,
             max(1, iters // 4),
+            lambda: boundary_traffic(
+                lambda: llama.generate(model_dev, prompt_dev, 32), per=32, unit="generated token"
+            ),
         ),
     ]
 
@@ -589,6 +641,13 @@ def transformers_case(scale: float) -> list[Case]:
         loss_dev = step(dev, torch.optim.AdamW(dev.parameters(), lr=1e-4), ids_dev)
         return abs(loss_cpu - loss_dev) <= 1e-4 * abs(loss_cpu)
 
+    def traffic() -> str:
+        # A copy whose optimizer state exists: the timed model keeps its trajectory.
+        dev = copy.deepcopy(model_dev)
+        opt = torch.optim.AdamW(dev.parameters(), lr=1e-4)
+        step(dev, opt, ids_dev)
+        return boundary_traffic(lambda: step(dev, opt, ids_dev), unit="training step")
+
     return [
         Case(
             "transformers Llama training step [8, 16] (AdamW)",
@@ -598,6 +657,7 @@ def transformers_case(scale: float) -> list[Case]:
             lambda: step(model_dev, opt_dev, ids_dev),
             agrees,
             max(1, int(10 * scale)),
+            traffic,
         )
     ]
 
@@ -708,9 +768,11 @@ def _staged_call(fn: Callable[[], object]) -> object:
 def compile_cases(scale: float) -> list[Case]:
     """torch.compile (Inductor) on infini: compiled infini against compiled
     CPU, and compiled against eager on infini (the "cpu" column is then
-    infini eager). Where device memory is not host memory Inductor does not
-    serve infini: no cases."""
-    if not torch_infini._C._capabilities()["host_addressable"]:
+    infini eager). Where no compiler plug-in serves the device type, Inductor
+    does not serve infini: no cases."""
+    from torch_infini import _compile_fallback
+
+    if not _compile_fallback.inductor_serves_infini():
         return []
     llama = llama_example.load()
     torch.manual_seed(0)
@@ -815,6 +877,9 @@ def _compiled_generation_cases(llama: Any, iters: int) -> list[Case]:
             lambda: generate(compiled_dev, prompt_dev),
             agrees,
             max(1, iters // 4),
+            lambda: boundary_traffic(
+                lambda: generate(compiled_dev, prompt_dev), per=32, unit="generated token"
+            ),
         ),
     ]
 
@@ -872,6 +937,9 @@ def _compiled_training_cases(llama: Any, iters: int) -> list[Case]:
             lambda: step(model_dev, compiled_dev, dinputs, dtargets),
             agrees,
             iters,
+            lambda: boundary_traffic(
+                lambda: step(model_dev, compiled_dev, dinputs, dtargets), unit="training step"
+            ),
         ),
     ]
 
@@ -1040,7 +1108,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 2 if args.quick else args.rounds
     print(
         f"torch {torch.__version__}, torch_infini {torch_infini.__version__}, "
-        f"backend {torch_infini.backend()} ({torch.infini.get_device_name(0)}), "
+        f"backend {torch_infini.backend()} ({torch.infini.get_device_name(0)}, "
+        f"{memory_mode()} memory), "
         f"threads {args.threads}, rounds {rounds}"
     )
     results = []
@@ -1059,6 +1128,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "torch_infini": torch_infini.__version__,
             "backend": torch_infini.backend(),
+            "memory": memory_mode(),
             "device": torch.infini.get_device_name(0),
             "threads": args.threads,
             "rounds": rounds,

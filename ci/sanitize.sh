@@ -7,8 +7,10 @@
 #                                  events, copies, CPU fallback, profiler and
 #                                  the soak (inline and async), and of the
 #                                  operators (inline)
-#   bash ci/sanitize.sh --ctest    the build, the C++ tests, and the untrusted-input
-#                                  tests with the fuzzer (what CI runs)
+#   bash ci/sanitize.sh --ctest    the build, the C++ tests (shared and discrete
+#                                  memory), the untrusted-input tests with the
+#                                  fuzzer, and the untrusted-input and discrete
+#                                  memory tests in discrete memory (what CI runs)
 #   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
 #                                  allocator tests and the Python soak and
 #                                  stream tests, with async host streams
@@ -85,6 +87,11 @@ if [ "$MODE" = "--ctest" ]; then
   # uninstrumented interpreter): ci/test.sh's ctest runs it.
   ctest --test-dir "${BUILD_DIR}" --output-on-failure \
     -E '^(cpp_example_installed|compiler_plugin_example)$'
+  # Again where device memory is out of the host's reach (discrete mode):
+  # the runtime, the allocator and the plug-in's launches on the kernel view.
+  echo "== ASan + UBSan: ctest, discrete memory"
+  TORCH_INFINI_HOST_MEMORY=discrete ctest --test-dir "${BUILD_DIR}" --output-on-failure \
+    -E '^(cpp_example_installed|compiler_plugin_example)$'
 else
   ctest --test-dir "${BUILD_DIR}" --output-on-failure -E '^compiler_plugin_example$'
 fi
@@ -110,6 +117,9 @@ run_instrumented() {  # pytest arguments
 # cannot see, ASan reports.
 echo "== ASan + UBSan: untrusted inputs and the fuzzer"
 run_instrumented tests/python/test_untrusted_inputs.py tests/python/test_untrusted_fuzz.py
+echo "== ASan + UBSan: untrusted inputs and discrete memory's own tests, discrete memory"
+TORCH_INFINI_HOST_MEMORY=discrete run_instrumented tests/python/test_untrusted_inputs.py \
+  tests/python/test_discrete_memory.py
 [ "$MODE" = "--ctest" ] && exit 0
 RUNTIME_TESTS=(tests/python/test_device.py tests/python/test_memory.py
   tests/python/test_memory_history.py tests/python/test_streams_events.py tests/python/test_copy.py

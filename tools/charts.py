@@ -86,9 +86,10 @@ def benchmarks_chart(data: dict[str, Any]) -> str:
         rows.append((r["name"], r["ratio"], GOOD if r["meets_target"] else BAD))
         marks.append((i, float(r["target"].split()[1])))
     top = max([2.0, *(v for _, v, _ in rows), *(m for _, m in marks)])
+    memory = data.get("memory", "shared")
     title = (
-        f"benchmarks on {data['backend']}: infini / CPU time (copies: bandwidth ratio); "
-        "black tick: target"
+        f"benchmarks on {data['backend']} ({memory} memory): infini / CPU time "
+        "(copies: bandwidth ratio); black tick: target"
     )
     return bars(title, rows, scale_max=top, marks=marks, axis=[0.5, 1.0, 1.5, 2.0])
 
@@ -128,15 +129,29 @@ def op_db_chart(data: dict[str, Any]) -> str:
     return bars(title, rows, scale_max=max(n for _, n, _ in rows), value_format="{:.0f}")
 
 
+def _benchmarks_name(source: Path) -> str:
+    try:
+        memory = json.loads(source.read_text()).get("memory", "shared")
+    except (OSError, ValueError):
+        memory = "shared"  # (main reports the unreadable file)
+    return "benchmarks.svg" if memory == "shared" else f"benchmarks_{memory}.svg"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--benchmarks", type=Path, help="benchmarks/run.py --json output")
+    parser.add_argument(
+        "--benchmarks",
+        type=Path,
+        action="append",
+        help="benchmarks/run.py --json output (repeatable: one chart per memory mode, "
+        "benchmarks.svg for shared memory, benchmarks_discrete.svg for discrete)",
+    )
     parser.add_argument("--op-coverage", type=Path, help="report_op_coverage.py --json output")
     parser.add_argument("--op-db", type=Path, help="op_db_sweep.py --json output")
     parser.add_argument("--out", type=Path, required=True, help="directory for the .svg files")
     args = parser.parse_args(argv)
     jobs = [
-        (args.benchmarks, benchmarks_chart, "benchmarks.svg"),
+        *((source, benchmarks_chart, _benchmarks_name(source)) for source in args.benchmarks or []),
         (args.op_coverage, op_coverage_chart, "op_coverage.svg"),
         (args.op_db, op_db_chart, "op_db.svg"),
     ]

@@ -30,7 +30,9 @@
 # operator, copy, stream/event, memory, fallback, fused-operator and compiler
 # tests with TORCH_INFINI_BACKEND=nvidia (TEST_TIMEOUT). OUT gets
 # summary.md, the logs (build, diagnostics, tests, benchmarks), the tests'
-# junit XML and the benchmark table.
+# junit XML and the benchmark table; docs/gpu_runs/<date>-<gpu>.md gets the
+# record to commit (tools/gpu_run_report.py: the commits, test counts per
+# file, failures, the benchmark table), copied into OUT too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -236,4 +238,12 @@ timeout "${TEST_TIMEOUT:-300}" "$PYTHON" -m pytest -q -rfE --tb=short -n "${TEST
 rc=$?
 step "tests (rc $rc): $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -1)"
 [ $rc = 0 ] || status=1
+
+# ---------------------------------------------------------------- the record
+# What ran, dated, under docs/gpu_runs/ (committed with the fixes the run led
+# to), and a copy in OUT (the device machine returns OUT).
+RECORD="$("$PYTHON" tools/gpu_run_report.py --summary "$SUMMARY" --junit "$OUT/junit.xml" \
+  --benchmarks "$OUT/vs_cuda.md" --docs "$REPO/docs/gpu_runs")" && cp "$RECORD" "$OUT/" \
+  || { echo "gpu_run: the record under docs/gpu_runs was not written" >&2; status=1; }
+echo "gpu_run: record $RECORD"
 exit $status

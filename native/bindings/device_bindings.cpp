@@ -63,6 +63,14 @@ void bindDevices(nb::module_& m) {
     TORCH_CHECK(host != nullptr, "_host_synchronizations: the selected backend is not host");
     return host->synchronizations();
   });
+  // The host device's bytes copied (host to device, device to host): what
+  // crossed the host boundary (benchmarks).
+  m.def("_host_transfer_bytes", [] {
+    auto* host = dynamic_cast<torch_infini::runtime::HostRuntime*>(
+        &torch_infini::runtime::selectedRuntime());
+    TORCH_CHECK(host != nullptr, "_host_transfer_bytes: the selected backend is not host");
+    return std::make_pair(host->hostToDeviceBytes(), host->deviceToHostBytes());
+  });
   m.def("_current_device", &torch_infini::currentDevice);
   // Raises torch.AcceleratorError for an index no device has (-1: current).
   m.def("_check_device", [](int64_t device) { return deviceArg(device); }, nb::arg("device"));

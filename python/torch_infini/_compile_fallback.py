@@ -1,13 +1,16 @@
-"""torch.compile's default backend where Inductor cannot serve infini.
+"""torch.compile's default backend where no compiler plug-in serves infini.
 
-Inductor's code generation for infini (``_inductor.py``) runs its C++ CPU
-kernels on device memory, which needs memory the CPU can address (``host``,
-InfiniRT ``cpu``). On other backends (NVIDIA and the other accelerators) a
-graph that holds infini tensors compiles with ``aot_eager`` instead:
-AOTAutograd traces forward and backward and their ATen operators run on
-infini as in eager mode. One warning says so; Inductor's options (``mode``,
-``options``) do not apply to such graphs. Graphs without infini tensors go
-to Inductor as before.
+Inductor serves infini through the device type's compiler plug-in
+(``_compiler.py``): the built-in cpu plug-in compiles Inductor's C++
+kernels for the host device (shared and discrete memory) and InfiniRT cpu,
+the nvidia plug-in Inductor's Triton kernels, a vendor's plug-in whatever
+language it declares. On a device type with no plug-in at all, a graph that
+holds infini tensors compiles with ``aot_eager`` instead: AOTAutograd
+traces forward and backward and their ATen operators run on infini as in
+eager mode. One warning says so; Inductor's options (``mode``,
+``options``) do not apply to such graphs. A plug-in that is configured but
+cannot be loaded raises its error: nothing silently stands in for it.
+Graphs without infini tensors go to Inductor as before.
 
 The hook is PyTorch's own object for ``backend="inductor"``
 (``torch._TorchCompileInductorWrapper``, what ``torch.compile`` builds for
@@ -17,7 +20,6 @@ loads nothing of Dynamo or Inductor, and the wrapper asks this module.
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -27,20 +29,17 @@ _warned = False
 
 
 def inductor_serves_infini() -> bool:
-    """Whether Inductor serves infini: its C++ code generation where device
-    memory is host memory, its Triton code generation where the device
-    type's compiler plug-in compiles Triton.
+    """Whether Inductor serves infini: the device type has a compiler
+    plug-in (C++ or Triton).
 
     Only a device type without any plug-in (NotImplementedError) falls back
     to aot_eager; a plug-in that is configured but cannot be loaded raises
     its error, naming it, on every backend (it was asked for, and nothing
     silently stands in for it)."""
-    from . import _backend, _compiler
+    from . import _compiler
 
-    if _backend.host_addressable() and not os.environ.get(_compiler.DEVICE_TYPE_SWITCH):
-        return True
     try:
-        return _compiler.source_language() == "triton"
+        return _compiler.source_language() in ("c++", "triton")
     except NotImplementedError:  # no plug-in for the device type: aot_eager
         return False
 
@@ -73,8 +72,8 @@ def _warn_once() -> None:
     from . import _C
 
     warnings.warn(
-        f"torch.compile on infini (backend {_C._backend()!r}): Inductor's C++ code generation "
-        "needs device memory the CPU can address, which this backend's is not; graphs with "
+        f"torch.compile on infini (backend {_C._backend()!r}): no compiler plug-in serves "
+        "this device type (TORCH_INFINI_COMPILER_PLUGINS names a vendor's); graphs with "
         "infini tensors compile with backend='aot_eager' instead (Inductor's mode and options "
         "do not apply to them)",
         UserWarning,

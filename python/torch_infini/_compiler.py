@@ -177,7 +177,9 @@ def _cpp_options(vec_isa: Any, _config: tuple[Any, ...]) -> str:
 def _launch_entry(arg_types: list[str]) -> str:
     """What the cpu plug-in launches (compiler_plugin.h): ``kernel__launch``
     reads each argument from its 8-byte slot, and C++ exceptions become an
-    error message instead of crossing the stream's worker."""
+    error message instead of crossing the stream's worker;
+    ``kernel__arg_kinds`` tells the plug-in which slots hold pointers (it
+    maps device addresses to where host kernels reach them)."""
     params = []
     for i, cpp_type in enumerate(t.strip() for t in arg_types):
         if cpp_type.endswith("*"):
@@ -193,6 +195,7 @@ def _launch_entry(arg_types: list[str]) -> str:
 #include <cstdio>
 #include <exception>
 extern "C" const size_t kernel__num_args = {len(arg_types)};
+extern "C" const char kernel__arg_kinds[] = "{_argument_kinds(arg_types)}";
 extern "C" int kernel__launch(void** args, char* error, size_t error_size) {{
   try {{
     kernel({call});

@@ -58,7 +58,12 @@ import torch
 import torch_infini
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from infini_testing import assert_bitwise_equal, forced_staging, requires_two_devices
+from infini_testing import (
+    assert_bitwise_equal,
+    forced_staging,
+    requires_inductor,
+    requires_two_devices,
+)
 from op_coverage import load_op_db, opinfo_id
 from op_db_sweep import CPU_ARGUMENTS, _Mover, refusal_reason
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -699,9 +704,7 @@ def _fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-@pytest.mark.skipif(
-    not HOST_ADDRESSABLE, reason="Inductor serves infini where device memory is host memory"
-)
+@requires_inductor
 @pytest.mark.usefixtures("_fresh_dynamo", "_silent_fallback")
 def test_compiled_conv_batchnorm_net_matches_the_cpu() -> None:
     """Issue 30, item 9: Inductor makes the convolution weights channels last and

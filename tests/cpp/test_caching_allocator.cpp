@@ -113,7 +113,9 @@ void recordStreamDefersReuseWhileTheStreamIsBusy() {
       first = p.get();
       side_stream.submit([first, &written] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::memset(first, 0xAB, kBusyBlockBytes);  // the side stream's late write
+        // The side stream's late write (device work: through the kernel view
+        // in discrete mode).
+        std::memset(torch_infini::runtime::hostKernelView(first), 0xAB, kBusyBlockBytes);
         written.store(true);
       });
       alloc->recordStream(p, side);
@@ -121,10 +123,12 @@ void recordStreamDefersReuseWhileTheStreamIsBusy() {
     c10::DataPtr again = alloc->allocate(kBusyBlockBytes);  // same size and stream
     const bool done_before = written.load();
     CHECK(again.get() != first || done_before);
-    std::memset(again.get(), 0x11, kBusyBlockBytes);  // the new owner's data
+    std::memset(torch_infini::runtime::hostKernelView(again.get()), 0x11,
+                kBusyBlockBytes);  // the new owner's data
     torch_infini::synchronizeDevice(0);
     CHECK(written.load());
-    const auto* bytes = static_cast<const unsigned char*>(again.get());
+    const auto* bytes =
+        static_cast<const unsigned char*>(torch_infini::runtime::hostKernelView(again.get()));
     CHECK(std::all_of(bytes, bytes + kBusyBlockBytes, [](unsigned char b) { return b == 0x11; }));
   }
   // Once the side stream's use completed, the block comes back.
@@ -249,7 +253,9 @@ void concurrentThreadsOnTheirOwnStreams() {
       Held h = std::move(held[i]);
       held.erase(held.begin() + static_cast<long>(i));
       rt.synchronizeStream(torch_infini::nativeStream(mine));
-      const auto* data = static_cast<const unsigned char*>(h.ptr.get());
+      // (Read as a device kernel would: the kernel view in discrete mode.)
+      const auto* data =
+          static_cast<const unsigned char*>(torch_infini::runtime::hostKernelView(h.ptr.get()));
       for (size_t k = 0; k < h.bytes; k += 61)
         if (data[k] != h.pattern) corrupted.fetch_add(1);
       if (rng() % 4 == 0) alloc->recordStream(h.ptr, other);

@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "check.h"
 #include "torch_infini/runtime/allocator.h"
+#include "torch_infini/runtime/backend_selection.h"
 #include "torch_infini/runtime/cpu_allocation_redirect.h"
 #include "torch_infini/torch_infini.h"
 
@@ -107,8 +109,25 @@ void aResultTakenOverLeavesTheTable() {
 
 }  // namespace
 
+// Where the host cannot address device memory (the host device's discrete
+// mode, as an accelerator), CPU kernels must never get device memory: a
+// redirect is refused, naming why.
+void aRedirectIsRefusedWhereTheHostCannotAddressDeviceMemory() {
+  bool refused = false;
+  try {
+    torch_infini::RedirectCpuAllocations scope(/*device=*/0, /*stream=*/0);
+  } catch (const c10::Error& e) {
+    refused = std::string(e.what_without_backtrace()).find("only where the host can address it") !=
+              std::string::npos;
+  }
+  CHECK(refused);
+}
+
 int main() {
   torch_infini::init("host");
+  if (!torch_infini::runtime::selectedRuntime().capabilities().host_addressable)
+    return runTests({{"a redirect is refused where the host cannot address device memory",
+                      aRedirectIsRefusedWhereTheHostCannotAddressDeviceMemory}});
   return runTests({
       {"allocations return through either deleter, from any thread",
        allocationsReturnThroughEitherDeleterFromAnyThread},

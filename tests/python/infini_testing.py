@@ -26,6 +26,24 @@ FALLBACK_OFF_REASON = (
 )
 
 
+INDUCTOR_REASON = (
+    "no compiler plug-in serves this device type: torch.compile runs its graphs with "
+    "aot_eager, Inductor generates no kernels"
+)
+
+
+def inductor_serves_infini() -> bool:
+    """Whether torch.compile's Inductor generates kernels for infini here: the
+    device type has a compiler plug-in (the host device in both memory modes
+    and InfiniRT cpu: the built-in cpu plug-in; NVIDIA: the nvidia one)."""
+    from torch_infini import _compile_fallback
+
+    return _compile_fallback.inductor_serves_infini()
+
+
+requires_inductor = pytest.mark.skipif(not inductor_serves_infini(), reason=INDUCTOR_REASON)
+
+
 def has_two_devices() -> bool:
     return torch.infini.device_count() >= 2
 

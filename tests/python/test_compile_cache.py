@@ -30,8 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch_infini
-from infini_testing import describe, run_python
+from infini_testing import describe, requires_inductor, run_python
 from torch_infini import _compile_cache
 
 OTHER_UID = 65534  # "nobody"
@@ -326,10 +325,7 @@ def test_a_relative_setting_stays_where_it_was_checked_after_chdir(tmp_path: Pat
     assert not (tmp_path / "elsewhere" / "rel-cache").exists()
 
 
-@pytest.mark.skipif(
-    not torch_infini._C._capabilities()["host_addressable"],
-    reason="Inductor serves infini where device memory is host memory",
-)
+@requires_inductor
 def test_a_compile_on_infini_caches_into_the_private_directory(tmp_path: Path) -> None:
     """Inductor's FX graph cache and generated code land in the directory
     torch_infini checked, not in a shared one."""

@@ -1,10 +1,11 @@
 """torch.compile's default backend where Inductor cannot serve infini.
 
-On a backend whose device memory the CPU cannot address (NVIDIA and the
-other accelerators), graphs with infini tensors compile with ``aot_eager``
-after one warning, never a KeyError or an Inductor failure; graphs without
-infini tensors still go to Inductor. On ``host`` and InfiniRT ``cpu`` the
-tests make that decision answer "no", which is the only thing they change.
+On a device type that no compiler plug-in serves, graphs with infini
+tensors compile with ``aot_eager`` after one warning, never a KeyError or an
+Inductor failure; graphs without infini tensors still go to Inductor. Every
+backend this suite runs on has a plug-in (host in both memory modes and
+InfiniRT ``cpu``: the cpu plug-in), so the tests make that decision answer
+"no", which is the only thing they change.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch_infini
 from torch_infini import _compile_fallback
 
 DEVICE = torch.device("infini", 0)
@@ -25,8 +25,7 @@ MESSAGE = "graphs with infini tensors compile with backend='aot_eager'"
 @pytest.fixture
 def inductor_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """Inductor cannot serve infini; the graphs that reach Inductor."""
-    if torch_infini._C._capabilities()["host_addressable"]:
-        monkeypatch.setattr(_compile_fallback, "inductor_serves_infini", lambda: False)
+    monkeypatch.setattr(_compile_fallback, "inductor_serves_infini", lambda: False)
     monkeypatch.setattr(_compile_fallback, "_warned", False)
     import torch._inductor.compile_fx as compile_fx_module
 

@@ -20,17 +20,20 @@ from pathlib import Path
 import pytest
 import torch
 import torch_infini
-from infini_testing import describe, raises_exactly, requires_async_host, run_python
+from infini_testing import (
+    describe,
+    raises_exactly,
+    requires_async_host,
+    requires_inductor,
+    run_python,
+)
 from torch_infini import _C, _compiler
 
 DEVICE = torch.device("infini", 0)
 HEADER_DIR = Path(__file__).resolve().parents[2] / "native" / "compiler" / "include"
 EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "compiler_plugin"
 
-pytestmark = pytest.mark.skipif(
-    not _C._capabilities()["host_addressable"],
-    reason="the built-in cpu plug-in serves device types whose memory is host memory",
-)
+pytestmark = requires_inductor
 
 
 @pytest.fixture(autouse=True)

@@ -37,16 +37,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
-from infini_testing import assert_bitwise_equal, llama_example
+from infini_testing import assert_bitwise_equal, llama_example, requires_inductor
 from torch._dynamo.utils import counters
 from torch._inductor.graph import GraphLowering
 from torch_infini import _compiler, graph_passes
 from torch_infini.graph_passes import _graph
 
-pytestmark = pytest.mark.skipif(
-    not torch_infini._backend.host_addressable(),
-    reason="torch.compile on this backend compiles with aot_eager: no Inductor graph passes",
-)
+pytestmark = requires_inductor
 
 DEVICE = torch.device("infini", 0)
 COUNTER = "infini_graph_passes"
@@ -980,18 +977,33 @@ def test_tables_that_vary_over_heads_are_not_rewritten() -> None:
 
 
 @pytest.mark.parametrize("mode", ["auto", "never"])
-def test_by_default_a_host_addressable_backend_leaves_the_patterns_to_inductor(
+def test_the_mode_decides_whether_the_patterns_become_fused_calls(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """auto: where device memory is host memory (every backend this file
-    runs on), Inductor's own C++ loop is the fused kernel, so nothing is
-    rewritten (an accelerator rewrites); never: nothing anywhere."""
+    """auto (the default): where device memory is host memory (host in shared
+    mode, InfiniRT cpu) Inductor's own C++ loop is the fused kernel, so
+    nothing is rewritten; where it is not (the host device's discrete mode,
+    as on an accelerator) the Llama's patterns become torch.ops.infini
+    calls, with the CPU's results. never: nothing anywhere."""
     monkeypatch.setenv(graph_passes.MODE_VARIABLE, mode)
-    assert not graph_passes.rewrites_enabled()
-    with _plain_llama() as llama, _wrapper_code() as codes:
-        cpu, _ = _models(llama, 1)
-        _check_left_to_inductor(cpu, torch.randint(0, 14, (2, 8)))
-    assert "torch.ops.infini" not in "\n".join(codes)
+    rewrites = mode == "auto" and not torch_infini._backend.host_addressable()
+    assert graph_passes.rewrites_enabled() == rewrites
+    if not rewrites:
+        with _plain_llama() as llama, _wrapper_code() as codes:
+            cpu, _ = _models(llama, 1)
+            _check_left_to_inductor(cpu, torch.randint(0, 14, (2, 8)))
+        assert "torch.ops.infini" not in "\n".join(codes)
+        return
+    with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
+        cpu, dev = _models(llama, layers=2)
+        tokens = torch.randint(0, 14, (2, 8))
+        got = torch.compile(dev)(tokens.to(DEVICE))
+        want = cpu(tokens)
+    assert _rewrites() == _expected(LLAMA_2_LAYERS)
+    code = "\n".join(codes)
+    for op in ("rms_norm", "swiglu", "causal_softmax", "rotary_embedding_functional"):
+        assert f"torch.ops.infini.{op}.default" in code, op
+    _assert_matches_eager(got, want)
 
 
 def test_a_bad_mode_fails_the_compile_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

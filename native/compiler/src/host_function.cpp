@@ -1,5 +1,6 @@
 // torch_infini_launch_host_function: plug-ins whose kernels run on the
-// host's processors queue them on an infini stream through the runtime.
+// host's processors queue them on an infini stream through the runtime;
+// torch_infini_host_kernel_address: where such kernels reach device memory.
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "torch_infini/compiler_plugin.h"
 #include "torch_infini/runtime/backend_selection.h"
+#include "torch_infini/runtime/host_runtime.h"
 
 namespace {
 
@@ -43,4 +45,8 @@ extern "C" int torch_infini_launch_host_function(void* stream, TorchInfiniHostFu
     writeError(error, error_size, "a host function threw a non-standard exception");
   }
   return 1;
+}
+
+extern "C" void* torch_infini_host_kernel_address(const void* device_address) {
+  return torch_infini::runtime::hostKernelView(device_address);
 }

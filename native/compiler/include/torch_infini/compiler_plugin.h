@@ -131,6 +131,15 @@ typedef int (*TorchInfiniHostFunction)(void* data, char* error, size_t error_siz
 int torch_infini_launch_host_function(void* stream, TorchInfiniHostFunction fn, void* data,
                                       void (*release)(void* data), char* error, size_t error_size);
 
+/* Where a kernel running on the host's processors reaches the bytes of
+ * device memory at `device_address`: the address itself where device memory
+ * is host memory (host, InfiniRT cpu); in the host device's discrete mode
+ * (TORCH_INFINI_HOST_MEMORY=discrete, where host code faults on device
+ * addresses, as on an accelerator) the same bytes in the runtime's kernel
+ * view. Any other address (host memory) is returned as it is. A plug-in
+ * maps each pointer argument when it queues a launch. */
+void* torch_infini_host_kernel_address(const void* device_address);
+
 #ifdef __cplusplus
 }
 #endif

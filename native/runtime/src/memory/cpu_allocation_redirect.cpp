@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "torch_infini/runtime/allocator.h"
+#include "torch_infini/runtime/backend_selection.h"
 
 namespace torch_infini {
 namespace {
@@ -194,6 +195,12 @@ void installCpuAllocationRedirect() {
 
 RedirectCpuAllocations::RedirectCpuAllocations(int device, c10::StreamId stream)
     : previous_device_(target.device), previous_stream_(target.stream) {
+  // Device memory handed to CPU kernels must be memory the CPU can address
+  // (a discrete device's would fault in the kernel).
+  TORCH_CHECK(runtime::selectedRuntime().capabilities().host_addressable,
+              "infini: CPU allocations can be redirected to device memory only where the host "
+              "can address it (backend '",
+              runtime::selectedRuntime().name(), "' cannot)");
   installCpuAllocationRedirect();
   target = {device, stream};
 }

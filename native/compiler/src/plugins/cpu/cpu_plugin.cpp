@@ -1,12 +1,17 @@
 // The built-in `cpu` compiler plug-in (host and InfiniRT cpu: device memory
-// is host memory). Toolchain: the system C++ compiler builds the generated
-// source into a shared library. Runtime: dlopen/dlsym, and a launch queues
-// the kernel's entry on the infini stream (torch_infini_launch_host_function).
+// is host memory, or the host device's discrete mode, whose device memory
+// host kernels reach through the runtime's kernel view). Toolchain: the
+// system C++ compiler builds the generated source into a shared library.
+// Runtime: dlopen/dlsym, and a launch maps its pointer arguments to where
+// host kernels reach them (torch_infini_host_kernel_address) and queues the
+// kernel's entry on the infini stream (torch_infini_launch_host_function).
 //
 // C++ source contract: for each kernel NAME the source defines
 //   extern "C" int NAME__launch(void** args, char* error, size_t error_size);
 //   extern "C" const size_t NAME__num_args;
-// (torch_infini's code generator appends both to Inductor's kernel).
+//   extern "C" const char NAME__arg_kinds[];  // per argument: 'p' pointer,
+//                                             // 'i' int64_t, 'f' double
+// (torch_infini's code generator appends them to Inductor's kernel).
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,6 +48,7 @@ struct CpuKernel {
   std::string name;
   Entry entry;
   size_t num_args;
+  std::vector<bool> pointer;  // per argument: a pointer, mapped at launch
 };
 
 // A loaded library. Queued launches hold it, so unloading it while one is
@@ -217,12 +223,24 @@ int kernelAddress(void* /*context*/, void* module, const char* name, void** func
   dlerror();
   auto entry = reinterpret_cast<Entry>(dlsym(m.library, (base + "__launch").c_str()));
   const auto* count = static_cast<const size_t*>(dlsym(m.library, (base + "__num_args").c_str()));
-  if (entry == nullptr || count == nullptr)
+  const auto* kinds = static_cast<const char*>(dlsym(m.library, (base + "__arg_kinds").c_str()));
+  if (entry == nullptr || count == nullptr || kinds == nullptr)
     return fail(error, error_size,
-                "the module defines no " + base + "__launch / " + base +
-                    "__num_args (the entry the cpu plug-in launches)");
+                "the module defines no " + base + "__launch / " + base + "__num_args / " + base +
+                    "__arg_kinds (the entry the cpu plug-in launches)");
+  std::vector<bool> pointer;
+  for (size_t i = 0; i < *count; ++i) {
+    if (kinds[i] != 'p' && kinds[i] != 'i' && kinds[i] != 'f')
+      return fail(error, error_size,
+                  base + "__arg_kinds must give one of p, i, f for each of the " +
+                      std::to_string(*count) + " arguments; argument " + std::to_string(i) +
+                      " has " +
+                      (kinds[i] == '\0' ? std::string("none") : std::string(1, kinds[i])));
+    pointer.push_back(kinds[i] == 'p');
+  }
   std::lock_guard<std::mutex> lock(m.mutex);
-  m.kernels.push_back(std::make_unique<CpuKernel>(CpuKernel{&m, base, entry, *count}));
+  m.kernels.push_back(
+      std::make_unique<CpuKernel>(CpuKernel{&m, base, entry, *count, std::move(pointer)}));
   *function = m.kernels.back().get();
   *num_args = *count;
   return 0;
@@ -258,6 +276,11 @@ int launchKernel(void* /*context*/, void* function, void** args, size_t num_args
   }
   for (size_t i = 0; i < num_args; ++i) {
     std::memcpy(&slots[i], args[i], sizeof(uint64_t));
+    // A device address becomes the one the kernel reaches its bytes at
+    // (discrete mode's kernel view; itself where device memory is host memory).
+    if (kernel->pointer[i])
+      slots[i] = reinterpret_cast<uint64_t>(
+          torch_infini_host_kernel_address(reinterpret_cast<const void*>(slots[i])));
     launch->args[i] = &slots[i];
   }
   // The runtime owns `launch` from here on, failure included.

@@ -200,6 +200,11 @@ class HostRuntime final : public DeviceRuntime {
   // event synchronizations (tests count them: a compiled graph queues its
   // kernels and returns).
   uint64_t synchronizations() const { return synchronizations_.load(std::memory_order_relaxed); }
+  // Bytes copied host to device and device to host (memcpy and memcpyAsync
+  // by their kind): what crossed the host boundary, as a bus would carry it
+  // on an accelerator (benchmarks report it per training and decode step).
+  uint64_t hostToDeviceBytes() const { return to_device_bytes_.load(std::memory_order_relaxed); }
+  uint64_t deviceToHostBytes() const { return to_host_bytes_.load(std::memory_order_relaxed); }
 
  private:
   void checkDevice(int device) const;
@@ -217,6 +222,9 @@ class HostRuntime final : public DeviceRuntime {
   std::vector<size_t> used_;                 // bytes in use per device
   std::unordered_map<void*, size_t> sizes_;  // live device allocations
   std::atomic<uint64_t> synchronizations_{0};
+  std::atomic<uint64_t> to_device_bytes_{0};
+  std::atomic<uint64_t> to_host_bytes_{0};
+  void countTransfer(MemcpyKind kind, size_t bytes);
   std::unique_ptr<DiscreteMemory> discrete_memory_;  // discrete mode only
 };
 

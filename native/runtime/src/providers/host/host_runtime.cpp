@@ -348,12 +348,20 @@ void HostRuntime::freeHost(void* ptr) {
 
 // The copy engine reaches device memory through its kernel view (discrete
 // mode; in shared mode the view is the address itself).
-void HostRuntime::memcpy(void* dst, const void* src, size_t bytes, MemcpyKind /*kind*/) {
+void HostRuntime::countTransfer(MemcpyKind kind, size_t bytes) {
+  if (kind == MemcpyKind::HostToDevice)
+    to_device_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if (kind == MemcpyKind::DeviceToHost) to_host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void HostRuntime::memcpy(void* dst, const void* src, size_t bytes, MemcpyKind kind) {
+  countTransfer(kind, bytes);
   if (bytes != 0) std::memcpy(hostKernelView(dst), hostKernelView(src), bytes);
 }
 
-void HostRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, MemcpyKind /*kind*/,
+void HostRuntime::memcpyAsync(void* dst, const void* src, size_t bytes, MemcpyKind kind,
                               StreamHandle s) {
+  countTransfer(kind, bytes);
   if (bytes == 0) return;
   void* to = hostKernelView(dst);
   const void* from = hostKernelView(src);

@@ -29,11 +29,15 @@ def _load(path: Path, memory: str) -> dict[str, Any]:
     return data
 
 
+def _us(value: float) -> str:
+    return f"{value:.2f} us" if value < 10 else f"{value:.0f} us"
+
+
 def _cell(result: dict[str, Any] | None) -> str:
     if result is None:
         return "not run"
     ok = "" if result["meets_target"] else " (misses)"
-    return f"{result['infini_us']:.0f} us, {result['ratio']:.2f}{ok}"
+    return f"{_us(result['infini_us'])}, {result['ratio']:.2f}{ok}"
 
 
 def render(shared: dict[str, Any], discrete: dict[str, Any]) -> str:
@@ -55,7 +59,7 @@ def render(shared: dict[str, Any], discrete: dict[str, Any]) -> str:
         s, d = by_name["shared"].get(name), by_name["discrete"].get(name)
         either = s or d
         assert either is not None
-        cpu = f"{either['cpu_us']:.0f} us"
+        cpu = _us(either["cpu_us"])
         lines.append(f"| {name} | {either['target']} | {cpu} | {_cell(s)} | {_cell(d)} |")
     details = [
         (name, mode, result["detail"])

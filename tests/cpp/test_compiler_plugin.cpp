@@ -126,6 +126,27 @@ void testWrongArgumentCountIsRefused() {
   CHECK(missing.find("found no kernel 'thrice'") != std::string::npos);
 }
 
+// The plug-in maps pointer arguments by the kinds the module declares: a
+// module that declares none, or one the plug-in does not know, is refused at
+// lookup (a guess could hand a kernel a device address it cannot reach).
+void testArgumentKindsAreRequired() {
+  auto plugin = compiler::pluginFor("cpu");
+  std::string without(kSource);
+  const std::string declaration = "extern \"C\" const char twice__arg_kinds[] = \"ppi\";\n";
+  CHECK(without.find(declaration) != std::string::npos);
+  without.erase(without.find(declaration), declaration.size());
+  auto module = plugin->load(plugin->compile(without, "-O1 -std=c++17"));
+  const std::string missing = messageOf([&] { module->kernel("twice"); });
+  CHECK(missing.find("defines no twice__launch / twice__num_args / twice__arg_kinds") !=
+        std::string::npos);
+
+  std::string unknown(kSource);
+  unknown.replace(unknown.find("\"ppi\""), 5, "\"pxi\"");
+  auto other = plugin->load(plugin->compile(unknown, "-O1 -std=c++17"));
+  const std::string refused = messageOf([&] { other->kernel("twice"); });
+  CHECK(refused.find("argument 1 has x") != std::string::npos);
+}
+
 void testCompileErrorKeepsTheSource() {
   auto plugin = compiler::pluginFor("cpu");
   const std::string error = messageOf([&] { plugin->compile("int broken( {\n", "-std=c++17"); });
@@ -152,6 +173,7 @@ int main() {
   torch_infini::init();
   return runTests({{"compile, load, launch", testCompileLoadLaunch},
                    {"wrong argument count", testWrongArgumentCountIsRefused},
+                   {"argument kinds are required", testArgumentKindsAreRequired},
                    {"compile error keeps the source", testCompileErrorKeepsTheSource},
                    {"unknown device type", testUnknownDeviceType}});
 }

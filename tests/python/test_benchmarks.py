@@ -152,7 +152,11 @@ def _result(name: str, infini_us: float, ratio: float, detail: str = "") -> dict
 
 def test_side_by_side_puts_each_case_of_both_memory_modes_in_one_row(tmp_path: Path) -> None:
     shared, discrete = tmp_path / "shared.json", tmp_path / "discrete.json"
-    shared.write_text(json.dumps(_run_json("shared", [_result("add 1e3", 105, 1.05)])))
+    shared.write_text(
+        json.dumps(
+            _run_json("shared", [_result("add 1e3", 105, 1.05), _result("tiny", 1.234, 1.0)])
+        )
+    )
     traffic = "per training step: 12.0 fallback calls (staged), 0.5 MB to the device"
     discrete.write_text(
         json.dumps(
@@ -175,6 +179,7 @@ def test_side_by_side_puts_each_case_of_both_memory_modes_in_one_row(tmp_path: P
     assert "| add 1e3 | <= 1.1 | 100 us | 105 us, 1.05 | 130 us, 1.30 (misses) |" in text
     assert "| Llama step | <= 1.1 | 100 us | not run | 2000 us, 1.20 (misses) |" in text
     assert f"- Llama step, discrete: {traffic}" in text
+    assert "| tiny | <= 1.1 | 100 us | 1.23 us, 1.00 | not run |" in text
 
 
 def test_side_by_side_refuses_runs_of_the_wrong_memory_mode(tmp_path: Path) -> None:

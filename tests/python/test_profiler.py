@@ -147,6 +147,7 @@ def test_kineto_gives_each_infini_operator_device_time_from_events(tmp_path: Pat
     # (A kernel provider may run nested operators too: a scalar's copy, ...)
     for op in ("aten::mm", "aten::relu", "aten::add_"):
         assert names.count(f"[infini] {op}") == 3, names
+    ordered = 0
     for kernel in kernels:
         op = linked_op(kernel, ops)
         assert kernel["name"] == f"[infini] {op['name']}"
@@ -158,8 +159,18 @@ def test_kineto_gives_each_infini_operator_device_time_from_events(tmp_path: Pat
         # events' resolution: 0 on InfiniRT's cpu backend.)
         # The device cannot start an operator's work before it is issued.
         assert kernel["ts"] >= op["ts"] - SLACK_US
-        if not has_async_host():  # synchronous streams: the work is inside the call
-            assert kernel["ts"] + kernel["dur"] <= op["ts"] + op["dur"] + END_SLACK_US
+        if not has_async_host():
+            # Synchronous streams: the work is done when the call returns. Its
+            # segment closes just after the operator's end time is taken (a
+            # preempted thread can make that any length), but always before
+            # the thread issues anything else: before the next operator
+            # called after this one returned.
+            end = kernel["ts"] + kernel["dur"]
+            later = [o["ts"] for o in ops if o["ts"] >= op["ts"] + op["dur"]]
+            if later:
+                assert end <= min(later) + SLACK_US, (kernel, op)
+                ordered += 1
+    assert has_async_host() or ordered >= 8  # all but the last operator's kernels
 
 
 def test_kineto_device_activities_follow_stream_order(tmp_path: Path) -> None:
@@ -183,8 +194,11 @@ def test_kineto_device_activities_follow_stream_order(tmp_path: Path) -> None:
         if issued["ts"] + issued["dur"] <= end:
             # Queued while the earlier work ran (asynchronous streams): the
             # stream starts it as soon as that work ends. A gap would be device
-            # time the activities miss (an end taken before the work was done).
-            assert later["ts"] <= end + END_SLACK_US, (earlier, later)
+            # time the activities miss (an end taken before the work was
+            # done): at least half the earlier work's is caught; less may be
+            # the stream's thread preempted between the two (2 cores).
+            gap_allowed = max(END_SLACK_US, earlier["dur"] / 2)
+            assert later["ts"] <= end + gap_allowed, (earlier, later)
 
 
 def test_kineto_records_no_device_time_for_cpu_tensors(tmp_path: Path) -> None:

@@ -210,7 +210,9 @@ LLAMA_2_LAYERS: PerBackend = {
 }
 
 
-def test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu() -> None:
+def _check_plain_llama_forward_rewrites_each_pattern() -> None:
+    """The plain Llama's forward compiled: each pattern a fused call (the
+    rotary embedding where the backend serves it), with eager's results."""
     with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
         cpu, dev = _models(llama, layers=2)
         tokens = torch.randint(0, 14, (2, 8))
@@ -224,6 +226,10 @@ def test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu() -> None:
     assert rotary == {"host": True, "cpu": False}[BACKEND]
     # Every reduction of the graph was rewritten: eager's bits.
     _assert_matches_eager(got, want)
+
+
+def test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu() -> None:
+    _check_plain_llama_forward_rewrites_each_pattern()
 
 
 def test_plain_llama_rewrites_what_infinirt_cpu_serves() -> None:
@@ -994,16 +1000,7 @@ def test_the_mode_decides_whether_the_patterns_become_fused_calls(
             _check_left_to_inductor(cpu, torch.randint(0, 14, (2, 8)))
         assert "torch.ops.infini" not in "\n".join(codes)
         return
-    with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
-        cpu, dev = _models(llama, layers=2)
-        tokens = torch.randint(0, 14, (2, 8))
-        got = torch.compile(dev)(tokens.to(DEVICE))
-        want = cpu(tokens)
-    assert _rewrites() == _expected(LLAMA_2_LAYERS)
-    code = "\n".join(codes)
-    for op in ("rms_norm", "swiglu", "causal_softmax", "rotary_embedding_functional"):
-        assert f"torch.ops.infini.{op}.default" in code, op
-    _assert_matches_eager(got, want)
+    _check_plain_llama_forward_rewrites_each_pattern()
 
 
 def test_a_bad_mode_fails_the_compile_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

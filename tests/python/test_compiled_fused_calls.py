@@ -38,7 +38,13 @@ def _fresh_compile(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # memory is not host memory: discrete mode, accelerators).
     monkeypatch.setenv(graph_passes.MODE_VARIABLE, "never")
     torch._dynamo.reset()
-    with torch._inductor.config.patch(force_disable_caches=True, compile_threads=1):
+    # Every graph compiled afresh (a cache hit would skip the graph passes):
+    # no FX graph or AOTAutograd cache. The compiled kernels' binaries stay
+    # cached: the same source compiles to the same kernel.
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False, compile_threads=1),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
         yield
     torch._dynamo.reset()
 

@@ -523,3 +523,56 @@ def test_torch_infini_ops_serves_every_fused_operator(monkeypatch: pytest.Monkey
         assert getattr(torch_infini.ops, name) is getattr(torch.ops.infini, name)
     with pytest.raises(AttributeError, match="no attribute 'not_an_operator'"):
         torch_infini.ops.not_an_operator  # noqa: B018
+
+
+def _in_place_calls(device: torch.device | str) -> dict[str, Callable[[], list[torch.Tensor]]]:
+    """Each operator that writes its arguments, called once on ``device``;
+    returns what it wrote."""
+
+    def fused_add_rms_norm() -> list[torch.Tensor]:
+        x = make_cpu((3, 8), torch.float32, seed=1).to(device)
+        r = make_cpu((3, 8), torch.float32, seed=2).to(device)
+        torch_infini.ops.fused_add_rms_norm(x, r, None)
+        return [x, r]
+
+    def rotary_embedding() -> list[torch.Tensor]:
+        q = make_cpu((2, 8), torch.float32, seed=3).to(device)
+        k = make_cpu((2, 8), torch.float32, seed=4).to(device)
+        cache = make_cpu((4, 8), torch.float32, seed=5).to(device)
+        positions = torch.tensor([0, 3], device=device)
+        torch_infini.ops.rotary_embedding(positions, q, k, 8, cache, True)
+        return [q, k]
+
+    def reshape_and_cache_flash() -> list[torch.Tensor]:
+        key = make_cpu((2, 2, 8), torch.float32, seed=6).to(device)
+        value = make_cpu((2, 2, 8), torch.float32, seed=7).to(device)
+        caches = [make_cpu((2, 4, 2, 8), torch.float32, seed=s).to(device) for s in (8, 9)]
+        slots = torch.tensor([5, 0], dtype=torch.int32, device=device)
+        torch_infini.ops.reshape_and_cache_flash(key, value, *caches, slots)
+        return caches
+
+    return {
+        "fused_add_rms_norm": fused_add_rms_norm,
+        "rotary_embedding": rotary_embedding,
+        "reshape_and_cache_flash": reshape_and_cache_flash,
+    }
+
+
+@pytest.mark.parametrize("device", ["cpu", DEVICE], ids=str)
+@pytest.mark.parametrize("op", sorted(_in_place_calls("cpu")))
+def test_in_place_operators_bump_versions_with_grad_mode_off(op: str, device: object) -> None:
+    """With grad mode off a fused operator skips its autograd Function
+    (inference and compiled graphs), but one that writes its arguments still
+    bumps their versions there: a tensor saved for a backward and then
+    overwritten under no_grad must still fail that backward (autograd
+    compares the saved version), not give a wrong gradient."""
+    versions: list[int] = []
+
+    def call_recording_versions() -> list[torch.Tensor]:
+        written = _in_place_calls(device)[op]()
+        versions.extend(t._version for t in written)
+        return written
+
+    with torch.no_grad(), torch_infini.cpu_fallback.allowed("silent"):
+        call_recording_versions()
+    assert versions and all(v > 0 for v in versions), versions

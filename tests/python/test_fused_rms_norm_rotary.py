@@ -437,6 +437,22 @@ def test_rotary_is_its_definition_and_infini_matches(
     assert_matches(ki, expected_k, exact=True)
 
 
+@pytest.mark.parametrize("position", [4, -1], ids=["past-the-end", "negative"])
+def test_rotary_position_outside_the_cache_is_an_index_error(position: int) -> None:
+    """A position outside the cos_sin_cache's rows raises IndexError, as the
+    CPU's row lookup does (``index_select``), on the CPU and on infini
+    (native or in the fallback; raised by the stream's synchronize when it
+    is asynchronous), never a read outside the table."""
+    cache = rope_cache(4, 8)
+    positions = torch.tensor([1, position])
+    q = make_cpu((2, 8), torch.float32, seed=1)
+    with pytest.raises(IndexError):
+        ops.rotary_embedding(positions, q.clone(), None, 8, cache, True)
+    with pytest.raises(IndexError), torch_infini.cpu_fallback.allowed("silent"):
+        ops.rotary_embedding(positions.to(DEVICE), q.to(DEVICE), None, 8, cache.to(DEVICE), True)
+        torch.infini.synchronize()
+
+
 def test_rotary_partial_offset_batched_positions_and_views() -> None:
     """rot_dim < head_size at an offset (the rest untouched), [B, S]
     positions, a query that is a view into a fused qkv projection."""

@@ -8,9 +8,11 @@ one small module per pattern. Each rewrite is counted pattern by pattern
 backend (``host`` serves rotary_embedding in float32, InfiniRT ``cpu`` does
 not; neither has a native add_rms_norm).
 
-The oracle is CPU eager. On ``host`` a rewritten pattern runs ATen's own
-kernels on the device memory (``rms_norm`` is ATen's ``rms_norm``, the other
-references compose the operators eager runs, in its order), and a graph
+The oracle is CPU eager. On ``host`` a rewritten pattern computes as ATen's
+own kernels do on the device memory (``rms_norm`` and the rotary embedding
+are the host's loops, which round as ATen's ``rms_norm`` and eager's rotation
+do, with ATen's own sum; the other references compose the operators eager
+runs, in its order), and a graph
 whose every reduction and transcendental function was rewritten (the rest
 being matmuls and +, -, *, /, which round exactly) gives eager's bits:
 those results are compared bit for bit. Where a reduction, an exp, a cos or
@@ -60,9 +62,14 @@ def _fresh_compile(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(graph_passes.MODE_VARIABLE, "always")
     torch._dynamo.reset()
     counters.clear()
-    # Every graph is compiled (a cache hit would skip the passes) with one
-    # compile thread (CI's two cores).
-    with torch._inductor.config.patch(force_disable_caches=True, compile_threads=1):
+    # Every graph compiled afresh (a cache hit would skip the graph passes):
+    # no FX graph or AOTAutograd cache; one compile thread (CI's two cores).
+    # The compiled kernels' binaries stay cached: the same source compiles
+    # to the same kernel.
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False, compile_threads=1),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
         yield
     torch._dynamo.reset()
 

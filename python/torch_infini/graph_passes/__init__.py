@@ -28,8 +28,8 @@ Where the rewrites are made (``TORCH_INFINI_GRAPH_PASSES``, :func:`rewrites_enab
 ``auto`` (the default) where device memory is not host memory; on a
 host-addressable backend (``host``, InfiniRT ``cpu``) Inductor already
 compiles each pattern into one C++ loop over the same memory, and a call
-into the fused operator only adds cost (on ``host`` its kernel is the CPU
-reference, several ATen calls). ``always`` rewrites there too (the tests
+into the fused operator only adds cost (a call from Inductor's wrapper
+where Inductor launches its own loop). ``always`` rewrites there too (the tests
 exercise the rewrites and the kernels this way); ``never`` nowhere.
 """
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
@@ -55,6 +56,29 @@ decltype(auto) callBelowAutograd(Args&&... args) {
   return handle.call(std::forward<Args>(args)...);
 }
 
+// Whether the schema of `name` writes one of its arguments (Tensor(a!)).
+inline bool writesAnArgument(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").schema().is_mutable();
+}
+
+// The Autograd kernel: the operator's autograd Function where grad mode is
+// on; with it off (inference, and compiled graphs, whose forward AOTAutograd
+// runs without grad), straight below autograd, without building the
+// Function's context. Only for operators whose schema writes none of their
+// arguments: an in-place operator's autograd kernel also bumps the version
+// of what it wrote, with grad mode off too.
+template <class Op, class Signature = FusedSignature<Op>>
+struct AutogradEntry;
+template <class Op, class R, class... Args>
+struct AutogradEntry<Op, R(Args...)> {
+  static R call(Args... args) {
+    static const bool writes = writesAnArgument(Op::name);
+    if (!writes && !at::GradMode::is_enabled())
+      return callBelowAutograd<Op>(std::forward<Args>(args)...);
+    return Op::autograd(std::forward<Args>(args)...);
+  }
+};
+
 template <class Op>
 void registerFused(torch::Library& m) {
   constexpr std::string_view kPrefix = "infini::";
@@ -67,7 +91,8 @@ void registerFused(torch::Library& m) {
     m.impl(Op::name,
            torch::dispatch(c10::DispatchKey::Autograd, torch::CppFunction::makeFallthrough()));
   } else {
-    m.impl(Op::name, torch::dispatch(c10::DispatchKey::Autograd, TORCH_FN(Op::autograd)));
+    m.impl(Op::name,
+           torch::dispatch(c10::DispatchKey::Autograd, TORCH_FN(AutogradEntry<Op>::call)));
   }
   if constexpr (requires { Op::infini; }) {
     const char* unqualified = Op::name + kPrefix.size();

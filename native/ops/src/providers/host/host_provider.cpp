@@ -13,7 +13,6 @@
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/fill_cpu_dispatch.h>
 #include <ATen/ops/mul_native.h>
-#include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
 
 #include <algorithm>
 #include <array>
@@ -23,6 +22,7 @@
 #include <utility>
 
 #include "fused/references.h"
+#include "providers/host/fused_loops.h"
 #include "random/dtypes.h"
 #include "random/fill.h"
 #include "torch_infini/ops/declared_support.h"
@@ -171,9 +171,9 @@ const at::Tensor& wrappedNumber(const c10::Scalar& value) {
 // (at::cpu::*_out, at::native::copy_, structured impls), not through the
 // dispatcher: the aliases are internal, so autograd, ADInplaceOrView, CPU
 // autocast, Python modes and the profiler have nothing to do with them; the
-// infini operator around the kernel is what they see. The composites
-// (rms_norm, the fused operators' references, the GradScaler kernels) still
-// dispatch their parts.
+// infini operator around the kernel is what they see. rms_norm and rotary
+// are loops of their own (fused_loops.h); the other composites (the fused
+// operators' references, the GradScaler kernels) still dispatch their parts.
 
 // A CPU tensor over `ref`'s memory that neither owns nor frees it (for
 // kernels with more tensors than the per-thread aliases hold).
@@ -422,11 +422,7 @@ class HostKernels final : public KernelProvider {
     submit(
         stream,
         [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
-          const int64_t n = x_ref.sizes.back();
-          Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          at::native::copy_(
-              o, at::compositeimplicitautograd::rms_norm(al(x_ref, 1), {n}, al(w_ref, 3), eps));
+          host_loops::rmsNorm(o_ref, x_ref, w_ref, eps);
         },
         out, x, weight);
   }
@@ -473,16 +469,9 @@ class HostKernels final : public KernelProvider {
         stream,
         [key_ref, head_size, is_neox, offset, inverse](
             const TensorRef& q_ref, const TensorRef& p_ref, const TensorRef& c_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor q = al(q_ref, 0);
-          std::optional<at::Tensor> k;
-          if (key_ref) k = al(*key_ref, 3);
-          static const auto op =
-              fusedOperator<void(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
-                                 int64_t, const at::Tensor&, bool, int64_t, bool)>(
-                  "rotary_embedding");
-          op.redispatch(kCpuKernel, al(p_ref, 1), q, k, head_size, al(c_ref, 2), is_neox, offset,
-                        inverse);
+          host_loops::rotary(q_ref, p_ref, c_ref, head_size, is_neox, offset, inverse);
+          if (key_ref)
+            host_loops::rotary(*key_ref, p_ref, c_ref, head_size, is_neox, offset, inverse);
         },
         query, positions, cos_sin_cache);
   }

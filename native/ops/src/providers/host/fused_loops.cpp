@@ -1,0 +1,174 @@
+#include "providers/host/fused_loops.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/sum_cpu_dispatch.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "torch_infini/runtime/host_runtime.h"
+
+namespace torch_infini::ops::host_loops {
+namespace {
+
+// The dtype the fused operators compute in: double for double, else float.
+template <typename T>
+using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// f(T{}) for the floating dtype `dtype`.
+template <typename F>
+void floating(c10::ScalarType dtype, const char* name, F&& f) {
+  switch (dtype) {
+    case c10::ScalarType::Float:
+      return f(float{});
+    case c10::ScalarType::Double:
+      return f(double{});
+    case c10::ScalarType::Half:
+      return f(c10::Half{});
+    case c10::ScalarType::BFloat16:
+      return f(c10::BFloat16{});
+    default:
+      TORCH_CHECK(false, name,
+                  ": the host kernel takes float16, bfloat16, float32 and float64, got ", dtype);
+  }
+}
+
+template <typename T>
+T* viewOf(const TensorRef& ref) {
+  return static_cast<T*>(runtime::hostKernelView(ref.data));
+}
+
+// Offsets (in elements) of the rows of `t` [..., n]: its leading dimensions
+// in row-major order, each at its own stride.
+std::vector<int64_t> rowOffsets(const TensorRef& t) {
+  const int64_t lead = t.dim() - 1;
+  int64_t rows = 1;
+  for (int64_t d = 0; d < lead; ++d) rows *= t.sizes[d];
+  std::vector<int64_t> offsets(static_cast<size_t>(rows));
+  std::vector<int64_t> index(static_cast<size_t>(lead), 0);
+  int64_t offset = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    offsets[static_cast<size_t>(r)] = offset;
+    for (int64_t d = lead - 1; d >= 0; --d) {  // the next index, last dimension fastest
+      offset += t.strides[d];
+      if (++index[d] < t.sizes[d]) break;
+      offset -= t.strides[d] * t.sizes[d];
+      index[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+// ATen's rms_norm on the CPU (its composite, whose results the host
+// matches bit for bit): squares in W, their mean over the row as ATen sums
+// them (ATen's own sum kernel: its order depends on the CPU's vector
+// width), then rsqrt(mean + eps) and (x * r) * weight, each rounded in W.
+template <typename T>
+void rmsNormRows(const TensorRef& out_ref, const TensorRef& x_ref, const T* weight, float eps) {
+  using W = Wide<T>;
+  const int64_t n = x_ref.sizes.back();
+  const std::vector<int64_t> x_rows = rowOffsets(x_ref);
+  const std::vector<int64_t> out_rows = rowOffsets(out_ref);
+  const auto rows = static_cast<int64_t>(x_rows.size());
+  const T* x = viewOf<const T>(x_ref);
+  T* out = viewOf<T>(out_ref);
+  const c10::ScalarType wide = std::is_same_v<W, double> ? at::kDouble : at::kFloat;
+  at::Tensor squares = at::empty({rows, n}, at::TensorOptions().dtype(wide));
+  W* sq = squares.mutable_data_ptr<W>();
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* in = x + x_rows[row];
+    for (int64_t i = 0; i < n; ++i) {
+      const W v = static_cast<W>(in[i]);
+      sq[row * n + i] = v * v;
+    }
+  }
+  at::Tensor sums = at::empty({rows}, squares.options());
+  at::cpu::sum_out(sums, squares, {1}, /*keepdim=*/false, /*dtype=*/std::nullopt);
+  const W* sum = sums.const_data_ptr<W>();
+  for (int64_t row = 0; row < rows; ++row) {
+    const W mean = sum[row] / static_cast<W>(n);
+    const W inverse_rms = W(1) / std::sqrt(mean + static_cast<W>(eps));
+    const T* in = x + x_rows[row];
+    T* o = out + out_rows[row];
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = static_cast<T>((static_cast<W>(in[i]) * inverse_rms) * static_cast<W>(weight[i]));
+  }
+}
+
+// The cache row's cosines and sines in the wide dtype (as the definition's
+// cache.to(wide)), the sines negated for the inverse rotation.
+template <typename T, typename C>
+void rotaryTokens(const TensorRef& t, int64_t positions_dim, const int64_t* positions,
+                  int64_t tokens, const C* cache, int64_t cache_rows, int64_t cache_row_stride,
+                  int64_t rot, int64_t head_size, bool is_neox, int64_t offset, bool inverse) {
+  using W = Wide<T>;
+  const int64_t p = positions_dim;
+  const bool split = t.dim() == p + 2;
+  const int64_t heads = split ? t.sizes[p] : t.sizes[p] / head_size;
+  const int64_t head_stride = split ? t.strides[p] : head_size;
+  // Evenly strided tokens (the caller checked): token i at i * token_stride.
+  const int64_t token_stride = t.strides[p - 1];
+  const int64_t half = rot / 2;
+  T* base = viewOf<T>(t);
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int64_t pos = positions[i];
+    TORCH_CHECK_INDEX(pos >= 0 && pos < cache_rows, "infini::rotary_embedding: position ", pos,
+                      " is out of range for a cos_sin_cache of ", cache_rows, " rows");
+    const C* row = cache + pos * cache_row_stride;
+    for (int64_t h = 0; h < heads; ++h) {
+      T* head = base + i * token_stride + h * head_stride + offset;
+      for (int64_t j = 0; j < half; ++j) {
+        const W cos = static_cast<W>(row[j]);
+        const W sin = inverse ? -static_cast<W>(row[half + j]) : static_cast<W>(row[half + j]);
+        T& a = head[is_neox ? j : 2 * j];
+        T& b = head[is_neox ? half + j : 2 * j + 1];
+        const W x = static_cast<W>(a);
+        const W y = static_cast<W>(b);
+        // Each product rounded, then the sum: the definition's tensors.
+        const W x_cos = x * cos;
+        const W y_sin = y * sin;
+        const W y_cos = y * cos;
+        const W x_sin = x * sin;
+        a = static_cast<T>(x_cos - y_sin);
+        b = static_cast<T>(y_cos + x_sin);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps) {
+  const int64_t n = x.sizes.back();
+  if (n == 0) return;
+  floating(x.dtype, "infini::rms_norm", [&](auto zero) {
+    using T = decltype(zero);
+    rmsNormRows<T>(out, x, viewOf<const T>(weight), eps);
+  });
+}
+
+void rotary(const TensorRef& t, const TensorRef& positions, const TensorRef& cos_sin_cache,
+            int64_t head_size, bool is_neox, int64_t offset, bool inverse) {
+  TORCH_CHECK(positions.dtype == c10::ScalarType::Long,
+              "infini::rotary_embedding: the host kernel takes int64 positions, got ",
+              positions.dtype);
+  const int64_t tokens = positions.numel();
+  const int64_t rot = cos_sin_cache.sizes[1];
+  if (tokens == 0 || rot == 0) return;
+  floating(t.dtype, "infini::rotary_embedding", [&](auto t_zero) {
+    using T = decltype(t_zero);
+    floating(cos_sin_cache.dtype, "infini::rotary_embedding", [&](auto c_zero) {
+      using C = decltype(c_zero);
+      rotaryTokens<T, C>(t, positions.dim(), viewOf<const int64_t>(positions), tokens,
+                         viewOf<const C>(cos_sin_cache), cos_sin_cache.sizes[0],
+                         cos_sin_cache.strides[0], rot, head_size, is_neox, offset, inverse);
+    });
+  });
+}
+
+}  // namespace torch_infini::ops::host_loops

@@ -52,7 +52,7 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
 
 step "pytest: host device, inline streams, 1 device"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
-  "$PYTHON" -m pytest -q -n "${JOBS}" --dist worksteal tests/python tests/conformance
+  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python tests/conformance
 
 # Async streams and two devices: the files whose behaviour depends on the
 # stream mode or the device count (runtime, memory, copies, fallback,
@@ -76,9 +76,9 @@ ASYNC_TESTS=(tests/python/test_device.py tests/python/test_memory.py
   tests/python/test_main_job.py)
 step "pytest: host device, async streams, 2 devices (${#ASYNC_TESTS[@]} files, then the marked tests of the others)"
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
-  "$PYTHON" -m pytest -q -n "${JOBS}" --dist worksteal "${ASYNC_TESTS[@]}"
+  "$PYTHON" -m pytest -q -n "${JOBS}" "${ASYNC_TESTS[@]}"
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
-  "$PYTHON" -m pytest -q -n "${JOBS}" --dist worksteal -m "requires_two_devices or requires_async_host" \
+  "$PYTHON" -m pytest -q -n "${JOBS}" -m "requires_two_devices or requires_async_host" \
   "${ASYNC_TESTS[@]/#/--ignore=}" tests/python tests/conformance
 
 # The whole suite again where device memory is out of the host's reach
@@ -93,13 +93,13 @@ TORCH_INFINI_HOST_MEMORY=discrete ctest --test-dir "${BUILD_DIR}" --output-on-fa
   -E '^cpp_example_installed$'
 step "pytest: discrete memory, async streams, 2 devices, the whole suite"
 TORCH_INFINI_HOST_MEMORY=discrete TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
-  "$PYTHON" -m pytest -q -rs -n "${JOBS}" --dist worksteal tests/python tests/conformance
+  "$PYTHON" -m pytest -q -rs -n "${JOBS}" tests/python tests/conformance
 
 # The untrusted-input fuzzer again with many more cases (the tests marked
 # fuzz; ~30 s).
 step "fuzzer: 40,000 cases"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_FUZZ_CASES=40000 \
-  "$PYTHON" -m pytest -q -n "${JOBS}" --dist worksteal -m fuzz tests/python/test_untrusted_fuzz.py
+  "$PYTHON" -m pytest -q -n "${JOBS}" -m fuzz tests/python/test_untrusted_fuzz.py
 
 # Ratios are reported, never asserted (a shared CI machine is noisy); a
 # result that differs from the CPU fails the run. Three rounds here (CI's

@@ -13,8 +13,11 @@
 //   causal_softmax: input [..., s, t], s <= t: softmax of row i over columns
 //       j <= t - s + i, 0 elsewhere
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 #include "aten/bridge.h"
 #include "fused/common.h"
@@ -75,6 +78,27 @@ std::vector<int64_t> halvedLast(const at::Tensor& x) {
 
 }  // namespace
 
+namespace {
+
+// `value` in the causally masked entries (column j > t - s + i of row i) of
+// the contiguous float or double tensor `scores` [..., s, t].
+void fillCausallyMasked(const at::Tensor& scores, int64_t s, int64_t t, double value) {
+  if (scores.numel() == 0) return;
+  const int64_t matrices = scores.numel() / (s * t);
+  AT_DISPATCH_FLOATING_TYPES(scores.scalar_type(), "causal_softmax", [&] {
+    scalar_t* data = scores.mutable_data_ptr<scalar_t>();
+    const auto fill = static_cast<scalar_t>(value);
+    for (int64_t m = 0; m < matrices; ++m) {
+      for (int64_t i = 0; i < s; ++i) {
+        scalar_t* row = data + (m * s + i) * t;
+        for (int64_t j = std::max<int64_t>(t - s + i + 1, 0); j < t; ++j) row[j] = fill;
+      }
+    }
+  });
+}
+
+}  // namespace
+
 // The references, written into `out` (the result's shape, any dtype the
 // caller allocated: the input's), on arguments the caller checked (each
 // operator's CPU and infini kernels below). In a wide dtype (float32,
@@ -109,17 +133,18 @@ void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x) {
     }
     return;
   }
-  const at::Tensor masked = at::ones({s, t}, at::TensorOptions().dtype(at::kBool)).tril(t - s);
-  // 0 in the masked entries whatever the row holds (softmax alone gives NaN
-  // there in a row with NaN or +inf allowed), as InfiniOps' kernel writes them.
-  const at::Tensor outside = masked.logical_not();
-  const at::Tensor scores = x.to(w).masked_fill(outside, -INFINITY);
-  if (out.scalar_type() == w) {
-    at::_softmax_out(const_cast<at::Tensor&>(out), scores, -1, /*half_to_float=*/false);
-    out.masked_fill_(outside, 0);
-  } else {
-    out.copy_(at::softmax(scores, -1).masked_fill(outside, 0));
-  }
+  // The scores with the masked entries at -inf, the softmax of each row,
+  // then 0 in the masked entries whatever the row holds (softmax alone gives
+  // NaN there in a row with NaN or +inf allowed), as InfiniOps' kernel
+  // writes them: the composition's values (masked_fill, softmax,
+  // masked_fill), with the mask written by a loop instead of built as a
+  // tensor and applied by two masked_fill calls (five operators a call).
+  at::Tensor scores = x.to(x.options().dtype(w), /*non_blocking=*/false, /*copy=*/true,
+                           at::MemoryFormat::Contiguous);
+  fillCausallyMasked(scores, s, t, -INFINITY);
+  at::Tensor probs = at::_softmax(scores, -1, /*half_to_float=*/false);
+  fillCausallyMasked(probs, s, t, 0);
+  out.copy_(probs);
 }
 
 void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor& gate) {

@@ -76,10 +76,6 @@ std::vector<int64_t> halvedLast(const at::Tensor& x) {
   return sizes;
 }
 
-}  // namespace
-
-namespace {
-
 // `value` in the causally masked entries (column j > t - s + i of row i) of
 // the contiguous float or double tensor `scores` [..., s, t].
 void fillCausallyMasked(const at::Tensor& scores, int64_t s, int64_t t, double value) {

@@ -1,42 +1,19 @@
 #include "providers/host/fused_loops.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sum_cpu_dispatch.h>
-#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
-#include <c10/util/Half.h>
 
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "torch_infini/runtime/host_runtime.h"
 
 namespace torch_infini::ops::host_loops {
 namespace {
-
-// The dtype the fused operators compute in: double for double, else float.
-template <typename T>
-using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-// f(T{}) for the floating dtype `dtype`.
-template <typename F>
-void floating(c10::ScalarType dtype, const char* name, F&& f) {
-  switch (dtype) {
-    case c10::ScalarType::Float:
-      return f(float{});
-    case c10::ScalarType::Double:
-      return f(double{});
-    case c10::ScalarType::Half:
-      return f(c10::Half{});
-    case c10::ScalarType::BFloat16:
-      return f(c10::BFloat16{});
-    default:
-      TORCH_CHECK(false, name,
-                  ": the host kernel takes float16, bfloat16, float32 and float64, got ", dtype);
-  }
-}
 
 template <typename T>
 T* viewOf(const TensorRef& ref) {
@@ -70,15 +47,15 @@ std::vector<int64_t> rowOffsets(const TensorRef& t) {
 // width), then rsqrt(mean + eps) and (x * r) * weight, each rounded in W.
 template <typename T>
 void rmsNormRows(const TensorRef& out_ref, const TensorRef& x_ref, const T* weight, float eps) {
-  using W = Wide<T>;
+  using W = at::opmath_type<T>;  // float, double for double
   const int64_t n = x_ref.sizes.back();
   const std::vector<int64_t> x_rows = rowOffsets(x_ref);
   const std::vector<int64_t> out_rows = rowOffsets(out_ref);
   const auto rows = static_cast<int64_t>(x_rows.size());
   const T* x = viewOf<const T>(x_ref);
   T* out = viewOf<T>(out_ref);
-  const c10::ScalarType wide = std::is_same_v<W, double> ? at::kDouble : at::kFloat;
-  at::Tensor squares = at::empty({rows, n}, at::TensorOptions().dtype(wide));
+  at::Tensor squares =
+      at::empty({rows, n}, at::TensorOptions().dtype(c10::CppTypeToScalarType<W>::value));
   W* sq = squares.mutable_data_ptr<W>();
   for (int64_t row = 0; row < rows; ++row) {
     const T* in = x + x_rows[row];
@@ -100,13 +77,14 @@ void rmsNormRows(const TensorRef& out_ref, const TensorRef& x_ref, const T* weig
   }
 }
 
-// The cache row's cosines and sines in the wide dtype (as the definition's
-// cache.to(wide)), the sines negated for the inverse rotation.
+// Rotates every head of each token of `t` by the angles of its position's
+// cache row: cosines and sines in W (the definition's cache.to(wide)), the
+// sines negated for the inverse rotation.
 template <typename T, typename C>
 void rotaryTokens(const TensorRef& t, int64_t positions_dim, const int64_t* positions,
                   int64_t tokens, const C* cache, int64_t cache_rows, int64_t cache_row_stride,
                   int64_t rot, int64_t head_size, bool is_neox, int64_t offset, bool inverse) {
-  using W = Wide<T>;
+  using W = at::opmath_type<T>;  // float, double for double
   const int64_t p = positions_dim;
   const bool split = t.dim() == p + 2;
   const int64_t heads = split ? t.sizes[p] : t.sizes[p] / head_size;
@@ -144,11 +122,9 @@ void rotaryTokens(const TensorRef& t, int64_t positions_dim, const int64_t* posi
 }  // namespace
 
 void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps) {
-  const int64_t n = x.sizes.back();
-  if (n == 0) return;
-  floating(x.dtype, "infini::rms_norm", [&](auto zero) {
-    using T = decltype(zero);
-    rmsNormRows<T>(out, x, viewOf<const T>(weight), eps);
+  if (x.sizes.back() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.dtype, "infini::rms_norm", [&] {
+    rmsNormRows<scalar_t>(out, x, viewOf<const scalar_t>(weight), eps);
   });
 }
 
@@ -160,15 +136,17 @@ void rotary(const TensorRef& t, const TensorRef& positions, const TensorRef& cos
   const int64_t tokens = positions.numel();
   const int64_t rot = cos_sin_cache.sizes[1];
   if (tokens == 0 || rot == 0) return;
-  floating(t.dtype, "infini::rotary_embedding", [&](auto t_zero) {
-    using T = decltype(t_zero);
-    floating(cos_sin_cache.dtype, "infini::rotary_embedding", [&](auto c_zero) {
-      using C = decltype(c_zero);
-      rotaryTokens<T, C>(t, positions.dim(), viewOf<const int64_t>(positions), tokens,
-                         viewOf<const C>(cos_sin_cache), cos_sin_cache.sizes[0],
-                         cos_sin_cache.strides[0], rot, head_size, is_neox, offset, inverse);
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, t.dtype, "infini::rotary_embedding", [&] {
+        using T = scalar_t;
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, cos_sin_cache.dtype, "infini::rotary_embedding", [&] {
+              rotaryTokens<T, scalar_t>(t, positions.dim(), viewOf<const int64_t>(positions),
+                                        tokens, viewOf<const scalar_t>(cos_sin_cache),
+                                        cos_sin_cache.sizes[0], cos_sin_cache.strides[0], rot,
+                                        head_size, is_neox, offset, inverse);
+            });
+      });
 }
 
 }  // namespace torch_infini::ops::host_loops

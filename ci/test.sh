@@ -50,9 +50,11 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/op_db_sweep.py --max-samples 4 --jobs "${JOBS}" \
   --markdown "${REPORTS_DIR}/op_db.md" --json "${REPORTS_DIR}/op_db.json"
 
+# --durations: the slowest tests of each whole-suite pass in the log (where
+# CI's time goes; a cold run's compiles show up there).
 step "pytest: host device, inline streams, 1 device"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
-  "$PYTHON" -m pytest -q -n "${JOBS}" tests/python tests/conformance
+  "$PYTHON" -m pytest -q -n "${JOBS}" --durations=15 tests/python tests/conformance
 
 # Async streams and two devices: the files whose behaviour depends on the
 # stream mode or the device count (runtime, memory, copies, fallback,
@@ -93,7 +95,7 @@ TORCH_INFINI_HOST_MEMORY=discrete ctest --test-dir "${BUILD_DIR}" --output-on-fa
   -E '^cpp_example_installed$'
 step "pytest: discrete memory, async streams, 2 devices, the whole suite"
 TORCH_INFINI_HOST_MEMORY=discrete TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
-  "$PYTHON" -m pytest -q -rs -n "${JOBS}" tests/python tests/conformance
+  "$PYTHON" -m pytest -q -rs -n "${JOBS}" --durations=15 tests/python tests/conformance
 
 # The untrusted-input fuzzer again with many more cases (the tests marked
 # fuzz; ~30 s).

@@ -85,20 +85,40 @@ def _near_eager(got: torch.Tensor, eager_cpu: torch.Tensor) -> None:
     torch.testing.assert_close(got.cpu(), eager_cpu, rtol=0, atol=atol)
 
 
+# A graph with fused operators (the Llama example calls causal_softmax and
+# swiglu on infini) is not the CPU's graph: Inductor lowers the fused calls
+# into kernels of its own, which vectorize the softmax rows' tails where the
+# CPU's composition (its mask read from a bool buffer) computes them one
+# element at a time. exp is then Sleef's vector exp on one side, std::exp on
+# the other, each within an ulp: measured up to 1.75 eps * max|x| on an AVX2
+# machine (logits and gradients), and bit for bit where one vector covers a
+# row (AVX-512). Twice that room.
+LOWERED_EPS = 4
+
+
 def _close(
     got: torch.Tensor,
     eager: torch.Tensor,
     cpu: torch.Tensor,
     compiled_cpu: torch.Tensor | None = None,
+    *,
+    lowered: bool = False,
 ) -> None:
     """``got`` (compiled, on infini) against the CPU: the same function
     compiled on the CPU (``compiled_cpu``: the same generated kernels) is
-    ``_same``, and eager on the CPU (``cpu``) is near (``_near_eager``); eager
-    on infini (``eager``) is the CPU's eager result, ``_same``."""
+    ``_same`` (within LOWERED_EPS where infini's graph has fused operators,
+    ``lowered``), and eager on the CPU (``cpu``) is near (``_near_eager``);
+    eager on infini (``eager``) is the CPU's eager result, ``_same``."""
     assert got.device.type == "infini"
     _same(eager, cpu)
     _near_eager(got, cpu)
-    if compiled_cpu is not None:
+    if compiled_cpu is None:
+        return
+    if lowered and runs_cpu_kernels():
+        scale = torch.finfo(compiled_cpu.dtype).eps * float(compiled_cpu.detach().abs().max())
+        torch.testing.assert_close(got.cpu(), compiled_cpu, rtol=0, atol=LOWERED_EPS * scale)
+        assert got.stride() == compiled_cpu.stride()
+    else:
         _same(got, compiled_cpu)
 
 
@@ -238,7 +258,8 @@ def test_mlp_forward_and_training_step_match_eager() -> None:
 def test_llama_forward_and_training_step_match_eager() -> None:
     """Compiled on infini its attention and MLP call the fused operators
     (lowered by Inductor: test_compiled_fused_calls.py), compiled on the CPU
-    the stock compositions: both compile to the same kernels."""
+    the stock compositions: the same computation in other kernels, the same
+    results within LOWERED_EPS."""
     llama = llama_example()
     torch.manual_seed(0)
     model = llama.Llama(llama.Config(layers=1))
@@ -267,8 +288,8 @@ def test_llama_forward_and_training_step_match_eager() -> None:
         eager_logits, eager_loss = step(eager_model, inputs.to(DEVICE), targets.to(DEVICE))
     want_logits, want_loss = step(reference, inputs, targets)
     compiled_logits, compiled_loss = torch.compile(step)(compiled_reference, inputs, targets)
-    _close(logits, eager_logits, want_logits, compiled_logits)
-    _close(loss, eager_loss, want_loss, compiled_loss)
+    _close(logits, eager_logits, want_logits, compiled_logits, lowered=True)
+    _close(loss, eager_loss, want_loss, compiled_loss, lowered=True)
     for (name, p), e, q, c in zip(
         model.named_parameters(),
         eager_model.parameters(),
@@ -280,7 +301,7 @@ def test_llama_forward_and_training_step_match_eager() -> None:
         # Inductor's embedding backward adds rows from parallel threads, in a
         # varying order (two compiled runs on the CPU differ in ~40 of 1024
         # elements): only eager's bound holds for it.
-        _close(p.grad, e.grad, q.grad, None if name == "embed.weight" else c.grad)
+        _close(p.grad, e.grad, q.grad, None if name == "embed.weight" else c.grad, lowered=True)
 
 
 def test_a_new_shape_recompiles_and_dynamic_shapes_do_not() -> None:

@@ -32,12 +32,11 @@
 namespace torch_infini::ops {
 namespace {
 
-// torch.ops.infini.<name>, to call its CPU kernel (redispatch(kCpuKernel, ...)).
+// torch.ops.infini.<name> ("infini::<name>"), to call its CPU kernel
+// (redispatch(kCpuKernel, ...)).
 template <class Signature>
-c10::TypedOperatorHandle<Signature> fusedOperator(const char* name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow((std::string("infini::") + name).c_str(), "")
-      .typed<Signature>();
+c10::TypedOperatorHandle<Signature> fusedOperator(const char* qualified_name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name, "").typed<Signature>();
 }
 constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
 
@@ -489,7 +488,7 @@ class HostKernels final : public KernelProvider {
           if (weight_ref) w = al(*weight_ref, 2);
           static const auto op =
               fusedOperator<void(at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
-                                 double)>("fused_add_rms_norm");
+                                 double)>("infini::fused_add_rms_norm");
           // eps as the float InfiniOps takes, widened back: the same value.
           op.redispatch(kCpuKernel, x, r, w, static_cast<double>(eps));
         },
@@ -527,7 +526,7 @@ class HostKernels final : public KernelProvider {
           if (padding_ref) p = al(*padding_ref, 5);
           static const auto op = fusedOperator<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, int64_t, bool, const std::optional<at::Tensor>&,
-              const std::optional<at::Tensor>&)>("topk_softmax");
+              const std::optional<at::Tensor>&)>("infini::topk_softmax");
           // The reference allocates its results (three [T, k] rows of
           // numbers, small next to the gating it reads); copied in.
           auto [weights, indices, token_expert] =
@@ -554,7 +553,7 @@ class HostKernels final : public KernelProvider {
           at::Tensor value_cache = al(vc_ref, 3);
           static const auto op =
               fusedOperator<void(const at::Tensor&, const at::Tensor&, at::Tensor&, at::Tensor&,
-                                 const at::Tensor&)>("reshape_and_cache_flash");
+                                 const at::Tensor&)>("infini::reshape_and_cache_flash");
           op.redispatch(kCpuKernel, al(k_ref, 0), al(v_ref, 1), key_cache, value_cache,
                         al(s_ref, 4));
         },
@@ -576,7 +575,8 @@ class HostKernels final : public KernelProvider {
           if (alibi_ref) alibi = al(*alibi_ref, 6);
           static const auto op = fusedOperator<at::Tensor(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, double, const std::optional<at::Tensor>&)>("paged_attention");
+              const at::Tensor&, double, const std::optional<at::Tensor>&)>(
+              "infini::paged_attention");
           // The reference allocates its result; copied in, as the seam's
           // contract says InfiniOps' kernel writes it: the rows of sequences
           // with tokens only (the bridge zeroes the others first). The float

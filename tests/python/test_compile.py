@@ -79,10 +79,15 @@ def _same(got: torch.Tensor, want: torch.Tensor) -> None:
 INDUCTOR_EPS = 16
 
 
+def _within_eps(got: torch.Tensor, want: torch.Tensor, eps: float) -> None:
+    """``got`` (on infini) within ``eps`` rounding errors of ``want``'s largest magnitude."""
+    atol = eps * torch.finfo(want.dtype).eps * float(want.detach().abs().max())
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=atol)
+
+
 def _near_eager(got: torch.Tensor, eager_cpu: torch.Tensor) -> None:
     """``got`` (compiled, on infini) within INDUCTOR_EPS of eager on the CPU."""
-    atol = INDUCTOR_EPS * torch.finfo(eager_cpu.dtype).eps * float(eager_cpu.detach().abs().max())
-    torch.testing.assert_close(got.cpu(), eager_cpu, rtol=0, atol=atol)
+    _within_eps(got, eager_cpu, INDUCTOR_EPS)
 
 
 # A graph with fused operators (the Llama example calls causal_softmax and
@@ -115,8 +120,7 @@ def _close(
     if compiled_cpu is None:
         return
     if lowered and runs_cpu_kernels():
-        scale = torch.finfo(compiled_cpu.dtype).eps * float(compiled_cpu.detach().abs().max())
-        torch.testing.assert_close(got.cpu(), compiled_cpu, rtol=0, atol=LOWERED_EPS * scale)
+        _within_eps(got, compiled_cpu, LOWERED_EPS)
         assert got.stride() == compiled_cpu.stride()
     else:
         _same(got, compiled_cpu)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
+from unittest import mock
 
 import torch
 import torch_infini
@@ -185,6 +186,26 @@ def torch_testing_internal(module: str) -> types.ModuleType:
         return importlib.import_module(f"torch.testing._internal.{module}")
     finally:
         sys.argv = saved_argv
+
+
+def sample_inputs(opinfo: Any, device: str, dtype: Any, **kwargs: Any) -> Iterator[Any]:
+    """``opinfo.sample_inputs(device, dtype, **kwargs)`` without its test lookup.
+
+    OpInfo.sample_inputs looks for the unittest method running it with
+    ``inspect.stack()``, which reads the source of every frame on the stack:
+    a tenth of a second per call under pytest (most of the op_db suite's
+    time), a few milliseconds in a shallow script. Nothing here runs in a
+    unittest method, so the lookup finds none either way and the samples are
+    the same (seeded with ``common_utils.SEED``).
+    """
+    common_utils = torch_testing_internal("common_utils")
+    from torch.testing._internal.opinfo import core
+
+    with (
+        mock.patch.object(common_utils, "extract_test_fn", lambda: None),
+        mock.patch.object(core, "extract_test_fn", lambda: None),
+    ):
+        return opinfo.sample_inputs(device, dtype, **kwargs)
 
 
 @cache

@@ -865,14 +865,14 @@ def run_case(
     """
     import torch
     import torch_infini
-    from op_coverage import dtype_name, opinfo_id
+    from op_coverage import dtype_name, opinfo_id, sample_inputs
 
     case = CaseResult(opinfo_id(opinfo), dtype_name(dtype))
     host = torch_infini.backend() == "host"
     with_backward = backward_runs(opinfo, dtype)
     geometry = uninitialized(opinfo)
     try:
-        samples = opinfo.sample_inputs("cpu", dtype, requires_grad=with_backward)
+        samples = sample_inputs(opinfo, "cpu", dtype, requires_grad=with_backward)
         index = 0
         while max_samples is None or index < max_samples:
             with warnings.catch_warnings():

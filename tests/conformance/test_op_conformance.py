@@ -44,6 +44,7 @@ from op_coverage import (
     opinfo_id,
     recording,
     relocate_sample,
+    sample_inputs,
     undeclared_cases,
     variant_callable,
 )
@@ -256,7 +257,7 @@ def _compare(case: OpCase, got: Any, expected: Any, what: _Where) -> None:
 
 def _run(case: OpCase) -> _Outcome:
     outcome = _Outcome()
-    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    samples = sample_inputs(case.opinfo, "cpu", case.dtype)
     for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
         what = _Where(case, index, sample)
         try:
@@ -330,7 +331,7 @@ def test_operator_matches_cpu(case: OpCase, record_property: Any) -> None:
 def test_undeclared_dtype_is_refused(case: OpCase) -> None:
     """A dtype the backend does not declare raises NotImplementedError, never a result."""
     refused = 0
-    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    samples = sample_inputs(case.opinfo, "cpu", case.dtype)
     for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
         try:
             expected, _ = _call(case, CPU, sample)
@@ -371,7 +372,7 @@ def _compare_bitwise(got: Any, expected: Any, what: _Where) -> None:
 def test_undeclared_dtype_falls_back_to_the_cpu(case: OpCase) -> None:
     """With the fallback on, a dtype the backend does not declare gives the CPU's result."""
     compared = 0
-    samples = case.opinfo.sample_inputs("cpu", case.dtype)
+    samples = sample_inputs(case.opinfo, "cpu", case.dtype)
     for index, sample in enumerate(itertools.islice(samples, MAX_SAMPLES)):
         try:
             expected, expected_returned = _call(case, CPU, sample)

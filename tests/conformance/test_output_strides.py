@@ -64,7 +64,7 @@ from infini_testing import (
     requires_inductor,
     requires_two_devices,
 )
-from op_coverage import load_op_db, opinfo_id
+from op_coverage import load_op_db, opinfo_id, sample_inputs
 from op_db_sweep import CPU_ARGUMENTS, _Mover, refusal_reason
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
@@ -227,26 +227,11 @@ def _relayout(sample: Any, f: Callable[[torch.Tensor], torch.Tensor]) -> Any | N
     return relaid if changed else None
 
 
-@contextlib.contextmanager
-def _no_test_function_lookup() -> Iterator[None]:
-    """OpInfo.sample_inputs looks for the running unittest method with
-    ``inspect.stack()``, which reads the source of every frame: a tenth of a
-    second per call under pytest, most of this file's time. There is none."""
-    from torch.testing._internal import common_utils
-    from torch.testing._internal.opinfo import core
-
-    with (
-        mock.patch.object(common_utils, "extract_test_fn", lambda: None),
-        mock.patch.object(core, "extract_test_fn", lambda: None),
-    ):
-        yield
-
-
 def _samples(opinfo: Any) -> Iterator[tuple[str, Any]]:
-    with warnings.catch_warnings(), _no_test_function_lookup():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         samples = []
-        for sample in opinfo.sample_inputs("cpu", torch.float32):
+        for sample in sample_inputs(opinfo, "cpu", torch.float32):
             samples.append(sample)
             if len(samples) == MAX_SAMPLES:
                 break

@@ -24,11 +24,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
-from infini_testing import cpu_fallback_mode_guard, register_markers, skip_unless_configured
+from infini_testing import (
+    cpu_fallback_mode_guard,
+    freeze_what_is_alive,
+    register_markers,
+    skip_unless_configured,
+)
 
 # The report tools (tools/), which also import PyTorch's own test data
 # (op_coverage.torch_testing_internal), as in the conformance suite.
@@ -59,6 +65,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     skip_unless_configured(item)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    freeze_what_is_alive()
+
+
+# Where a run's time goes, per file (CI's time limit; a cold run's compiles
+# show up here): the seconds of each file's tests, setup and teardown
+# included, summed over workers.
+_seconds_per_file: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _seconds_per_file[path] = _seconds_per_file.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _seconds_per_file:
+        return
+    total = sum(_seconds_per_file.values())
+    terminalreporter.section(f"seconds per file ({total:.0f} s of tests in all)")
+    ranked = sorted(_seconds_per_file.items(), key=lambda item: -item[1])
+    for path, seconds in ranked[:12]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import os
 import shutil
@@ -68,6 +69,18 @@ def register_markers(config: pytest.Config) -> None:
         ("fallback_off", FALLBACK_OFF_REASON),
     ):
         config.addinivalue_line("markers", f"{name}: {reason}")
+
+
+def freeze_what_is_alive() -> None:
+    """``gc.collect()``, then what survives moves out of the collector's
+    reach (``gc.freeze``): a later ``gc.collect()`` scans only the objects
+    made since. A full collection in a worker holding PyTorch, Inductor,
+    sympy and the OpInfo database takes 0.6 s; files whose tests collect
+    garbage around each test call this once first (and the conftests after
+    collection). What is frozen is never collected as a cycle later: objects
+    alive at that point, which live on in the worker as they are."""
+    gc.collect()
+    gc.freeze()
 
 
 def skip_unless_configured(item: pytest.Item) -> None:
@@ -228,6 +241,18 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+def private_inductor_cache(directory: Path) -> dict[str, str]:
+    """``run_python``'s environment for a process that compiles into an
+    Inductor cache of its own, ``directory``. Inductor would first
+    precompile its kernels' common header there (15 s on CI's machine, for
+    the one or two kernels such a process compiles): the header is compiled
+    into each kernel instead."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(directory),
+        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
+    }
 
 
 def describe(proc: subprocess.CompletedProcess[str]) -> str:

@@ -254,6 +254,9 @@ def _run(tmp_path: Path, code: str, **env: str | None) -> dict:
         "TORCHINDUCTOR_CACHE_DIR": None,
         "TRITON_CACHE_DIR": None,
         "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+        # A fresh cache: no precompiled kernel header built there first
+        # (private_inductor_cache says why).
+        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
         **env,
     }
     proc = run_python(code, env=full, timeout=300)

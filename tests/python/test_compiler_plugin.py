@@ -22,6 +22,7 @@ import torch
 import torch_infini
 from infini_testing import (
     describe,
+    private_inductor_cache,
     raises_exactly,
     requires_async_host,
     requires_inductor,
@@ -312,7 +313,7 @@ def _compile_in_a_process(plugins: Path, tmp_path: Path) -> subprocess.Completed
         _COMPILE_IN_A_PROCESS,
         env={
             "TORCH_INFINI_COMPILER_PLUGINS": str(plugins),
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+            **private_inductor_cache(tmp_path / "inductor"),
         },
         timeout=300,
     )
@@ -345,7 +346,7 @@ def test_the_example_vendor_plugin_serves_torch_compile_with_its_own_pass(
         env={
             "TORCH_INFINI_COMPILER_PLUGINS": str(library),
             "PYTHONPATH": pythonpath,
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+            **private_inductor_cache(tmp_path / "inductor"),
         },
         timeout=300,
     )
@@ -468,7 +469,7 @@ def test_a_plugin_that_cannot_load_fails_the_compile_for_an_accelerator_too(
         env={
             "TORCH_INFINI_COMPILER_PLUGINS": str(missing),
             "TORCH_INFINI_COMPILER_DEVICE_TYPE": "metax",
-            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+            **private_inductor_cache(tmp_path / "inductor"),
         },
         timeout=300,
     )

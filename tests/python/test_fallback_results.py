@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
-from infini_testing import assert_bitwise_equal, make_cpu, raises_exactly
+from infini_testing import assert_bitwise_equal, freeze_what_is_alive, make_cpu, raises_exactly
 
 fallback = torch_infini.cpu_fallback
 DEVICE = torch.device("infini", 0)
@@ -33,6 +33,11 @@ HOST_ADDRESSABLE = bool(torch_infini._C._capabilities()["host_addressable"])
 in_device_memory = pytest.mark.skipif(
     not HOST_ADDRESSABLE, reason="device memory is not host memory (results are staged)"
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_only_this_files_garbage() -> None:
+    freeze_what_is_alive()  # the gc.collect() around each test then takes milliseconds
 
 
 @pytest.fixture(autouse=True)

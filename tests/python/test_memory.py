@@ -30,6 +30,7 @@ import torch
 import torch_infini
 from infini_testing import (
     describe,
+    freeze_what_is_alive,
     invalid_device_index,
     requires_async_host,
     requires_two_devices,
@@ -165,6 +166,11 @@ def empty_bytes(nbytes: int, device: str = "infini") -> torch.Tensor:
 
 def overlaps(ptr_a: int, ptr_b: int, nbytes: int) -> bool:
     return abs(ptr_a - ptr_b) < nbytes
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_only_this_files_garbage() -> None:
+    freeze_what_is_alive()  # the gc.collect() around each test then takes milliseconds
 
 
 @pytest.fixture(autouse=True)

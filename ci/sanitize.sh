@@ -11,6 +11,9 @@
 #                                  memory), the untrusted-input tests with the
 #                                  fuzzer, and the untrusted-input and discrete
 #                                  memory tests in discrete memory (what CI runs)
+#   bash ci/sanitize.sh --build    the ASan + UBSan build alone (CI starts it
+#                                  beside the single-threaded benchmarks; its
+#                                  --ctest then finds it built)
 #   bash ci/sanitize.sh --thread   TSan: build, then the C++ runtime and
 #                                  allocator tests and the Python soak and
 #                                  stream tests, with async host streams
@@ -73,6 +76,7 @@ fi
 BUILD_DIR="${BUILD_DIR:-build/asan}"
 echo "== ASan + UBSan: configure, build (${BUILD_DIR})"
 configure_and_build "${BUILD_DIR}" address,undefined -DTORCH_INFINI_BUILD_PYTHON=ON
+[ "$MODE" = "--build" ] && exit 0
 # allocator_may_return_null: an allocation no machine has returns NULL, as
 # malloc does, so the tests of out-of-memory errors see them (ASan would
 # abort the process instead).

@@ -33,7 +33,6 @@ for _path in (TOOLS_DIR, REPO_ROOT / "tests" / "python"):
 
 from infini_testing import (  # noqa: E402
     cpu_fallback_mode_guard,
-    freeze_what_is_alive,
     register_markers,
     skip_unless_configured,
 )
@@ -45,10 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     skip_unless_configured(item)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    freeze_what_is_alive()
 
 
 def _device_modules() -> list[Any]:

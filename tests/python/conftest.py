@@ -31,7 +31,6 @@ import torch
 from hypothesis import HealthCheck, settings
 from infini_testing import (
     cpu_fallback_mode_guard,
-    freeze_what_is_alive,
     register_markers,
     skip_unless_configured,
 )
@@ -65,10 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     skip_unless_configured(item)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    freeze_what_is_alive()
 
 
 # Where a run's time goes, per file (CI's time limit; a cold run's compiles

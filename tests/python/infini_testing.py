@@ -71,16 +71,22 @@ def register_markers(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {reason}")
 
 
-def freeze_what_is_alive() -> None:
-    """``gc.collect()``, then what survives moves out of the collector's
-    reach (``gc.freeze``): a later ``gc.collect()`` scans only the objects
-    made since. A full collection in a worker holding PyTorch, Inductor,
-    sympy and the OpInfo database takes 0.6 s; files whose tests collect
-    garbage around each test call this once first (and the conftests after
-    collection). What is frozen is never collected as a cycle later: objects
-    alive at that point, which live on in the worker as they are."""
+@contextmanager
+def collecting_only_new_garbage() -> Iterator[None]:
+    """Inside, ``gc.collect()`` scans only the objects made since entry:
+    what is alive at entry is collected once and frozen (``gc.freeze``),
+    and unfrozen at exit. A full collection in a worker holding PyTorch,
+    Inductor, sympy and the OpInfo database takes 0.6 s; files whose tests
+    collect garbage around each test enter this once, for the file. Not for
+    the whole session: with most objects frozen, Python's collector runs
+    its full collections far more often (it compares the new objects with
+    the unfrozen old ones), which slows Inductor's compiles."""
     gc.collect()
     gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def skip_unless_configured(item: pytest.Item) -> None:

@@ -24,7 +24,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
-from infini_testing import assert_bitwise_equal, freeze_what_is_alive, make_cpu, raises_exactly
+from infini_testing import (
+    assert_bitwise_equal,
+    collecting_only_new_garbage,
+    make_cpu,
+    raises_exactly,
+)
 
 fallback = torch_infini.cpu_fallback
 DEVICE = torch.device("infini", 0)
@@ -36,8 +41,9 @@ in_device_memory = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _collect_only_this_files_garbage() -> None:
-    freeze_what_is_alive()  # the gc.collect() around each test then takes milliseconds
+def _collect_only_this_files_garbage() -> Iterator[None]:
+    with collecting_only_new_garbage():  # the gc.collect() around each test: milliseconds
+        yield
 
 
 @pytest.fixture(autouse=True)

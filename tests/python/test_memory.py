@@ -29,8 +29,8 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import (
+    collecting_only_new_garbage,
     describe,
-    freeze_what_is_alive,
     invalid_device_index,
     requires_async_host,
     requires_two_devices,
@@ -169,8 +169,9 @@ def overlaps(ptr_a: int, ptr_b: int, nbytes: int) -> bool:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _collect_only_this_files_garbage() -> None:
-    freeze_what_is_alive()  # the gc.collect() around each test then takes milliseconds
+def _collect_only_this_files_garbage() -> Iterator[None]:
+    with collecting_only_new_garbage():  # the gc.collect() around each test: milliseconds
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -20,16 +20,21 @@ step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 
 bash ci/install_deps.sh
 
-# One compiler for every build below (scikit-build-core would pick g++ where
-# CMake picks c++). ccache keys on paths relative to the checkout, so a
-# rebuild in another clone of the same sources hits the cache.
-export CC="${CC:-cc}" CXX="${CXX:-c++}"
+# One compiler for both builds below (scikit-build-core would pick g++ where
+# CMake picks c++), given to the builds only: Inductor's kernel compiles in
+# the tests read CXX too, and take a compiler named c++ for one that is not
+# GCC: they then write their precompiled kernel header where GCC never looks
+# (.pch), and every kernel compile parses ATen's headers again (twice the
+# time of a cold run's compile tests). ccache keys on paths relative to the
+# checkout, so a rebuild in another clone of the same sources hits the cache.
+BUILD_COMPILERS=(CC="${CC:-cc}" CXX="${CXX:-c++}")
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 
 step "build once: the wheel, installed; its build tree has the C++ tests (${BUILD_DIR})"
 rm -rf "${BUILD_DIR}"
 # -v: the compile's progress in the log (the longest step of a cold run).
-CMAKE_BUILD_PARALLEL_LEVEL="${JOBS}" "$PYTHON" -m pip install --disable-pip-version-check \
+env "${BUILD_COMPILERS[@]}" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS}" \
+  "$PYTHON" -m pip install --disable-pip-version-check \
   --no-build-isolation --no-deps -v -C build-dir="${BUILD_DIR}" \
   -C cmake.define.TORCH_INFINI_BUILD_TESTS=ON .
 step "C++: ctest (${BUILD_DIR})"
@@ -112,7 +117,7 @@ SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"
 mkdir -p "${REPORTS_DIR}"
 step "sanitizers: ASan + UBSan build started beside the benchmarks (${SANITIZE_BUILD_LOG})"
 # Its own process group (setsid), so that a failing step stops it whole.
-BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \
+env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \
   >"${SANITIZE_BUILD_LOG}" 2>&1 &
 SANITIZE_BUILD_PID=$!
 trap 'kill -- -"${SANITIZE_BUILD_PID}" 2>/dev/null || true' EXIT

@@ -29,11 +29,7 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
-from infini_testing import (
-    cpu_fallback_mode_guard,
-    register_markers,
-    skip_unless_configured,
-)
+from infini_testing import cpu_fallback_mode_guard, register_markers, skip_unless_configured
 
 # The report tools (tools/), which also import PyTorch's own test data
 # (op_coverage.torch_testing_internal), as in the conformance suite.

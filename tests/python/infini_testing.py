@@ -78,9 +78,10 @@ def collecting_only_new_garbage() -> Iterator[None]:
     and unfrozen at exit. A full collection in a worker holding PyTorch,
     Inductor, sympy and the OpInfo database takes 0.6 s; files whose tests
     collect garbage around each test enter this once, for the file. Not for
-    the whole session: with most objects frozen, Python's collector runs
-    its full collections far more often (it compares the new objects with
-    the unfrozen old ones), which slows Inductor's compiles."""
+    the whole session: Python starts a full collection when the objects that
+    survived since the last one outnumber a quarter of the older ones it
+    tracks, and frozen ones are not counted, so full collections come more
+    often (one Llama compile: 13 instead of 9, 12% more of its Python time)."""
     gc.collect()
     gc.freeze()
     try:

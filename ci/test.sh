@@ -113,8 +113,7 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_FUZZ_CA
 # (nice 19: where both want the benchmarks' core, the benchmarks get it).
 # Its log is printed when it is waited for, below.
 SANITIZE_BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}"
-SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"
-mkdir -p "${REPORTS_DIR}"
+SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"  # the reports step made the folder
 step "sanitizers: ASan + UBSan build started beside the benchmarks (${SANITIZE_BUILD_LOG})"
 # Its own process group (setsid), so that a failing step stops it whole.
 env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \

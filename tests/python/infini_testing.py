@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import importlib.util
 import os
 import shutil
@@ -69,25 +68,6 @@ def register_markers(config: pytest.Config) -> None:
         ("fallback_off", FALLBACK_OFF_REASON),
     ):
         config.addinivalue_line("markers", f"{name}: {reason}")
-
-
-@contextmanager
-def collecting_only_new_garbage() -> Iterator[None]:
-    """Inside, ``gc.collect()`` scans only the objects made since entry:
-    what is alive at entry is collected once and frozen (``gc.freeze``),
-    and unfrozen at exit. A full collection in a worker holding PyTorch,
-    Inductor, sympy and the OpInfo database takes 0.6 s; files whose tests
-    collect garbage around each test enter this once, for the file. Not for
-    the whole session: Python starts a full collection when the objects that
-    survived since the last one outnumber a quarter of the older ones it
-    tracks, and frozen ones are not counted, so full collections come more
-    often (one Llama compile: 13 instead of 9, 12% more of its Python time)."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def skip_unless_configured(item: pytest.Item) -> None:

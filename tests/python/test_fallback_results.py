@@ -24,12 +24,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
-from infini_testing import (
-    assert_bitwise_equal,
-    collecting_only_new_garbage,
-    make_cpu,
-    raises_exactly,
-)
+from infini_testing import assert_bitwise_equal, make_cpu, raises_exactly
+
+# The fixture around each test collects garbage.
+pytestmark = pytest.mark.usefixtures("only_new_garbage_collected")
 
 fallback = torch_infini.cpu_fallback
 DEVICE = torch.device("infini", 0)
@@ -38,12 +36,6 @@ HOST_ADDRESSABLE = bool(torch_infini._C._capabilities()["host_addressable"])
 in_device_memory = pytest.mark.skipif(
     not HOST_ADDRESSABLE, reason="device memory is not host memory (results are staged)"
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _collect_only_this_files_garbage() -> Iterator[None]:
-    with collecting_only_new_garbage():  # the gc.collect() around each test: milliseconds
-        yield
 
 
 @pytest.fixture(autouse=True)

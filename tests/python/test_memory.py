@@ -29,7 +29,6 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import (
-    collecting_only_new_garbage,
     describe,
     invalid_device_index,
     requires_async_host,
@@ -168,10 +167,8 @@ def overlaps(ptr_a: int, ptr_b: int, nbytes: int) -> bool:
     return abs(ptr_a - ptr_b) < nbytes
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _collect_only_this_files_garbage() -> Iterator[None]:
-    with collecting_only_new_garbage():  # the gc.collect() around each test: milliseconds
-        yield
+# The fixture below collects garbage after each test.
+pytestmark = pytest.mark.usefixtures("only_new_garbage_collected")
 
 
 @pytest.fixture(autouse=True)

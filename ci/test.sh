@@ -37,11 +37,27 @@ env "${BUILD_COMPILERS[@]}" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS}" \
   "$PYTHON" -m pip install --disable-pip-version-check \
   --no-build-isolation --no-deps -v -C build-dir="${BUILD_DIR}" \
   -C cmake.define.TORCH_INFINI_BUILD_TESTS=ON .
+# The sanitizers' build (the longest compile of the run) runs from here to
+# the benchmarks' end at the lowest priority (nice 19): the steps below get
+# the cores whenever they want them, and the build takes what they leave
+# idle (ctest, the reports, the ends of the pytest passes, where one worker
+# waits for the other; the single-threaded benchmarks' second core). Its
+# log is printed when it is waited for, after the benchmarks.
+REPORTS_DIR="${REPORTS_DIR:-build/reports}"
+mkdir -p "${REPORTS_DIR}"
+SANITIZE_BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}"
+SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"
+step "sanitizers: ASan + UBSan build started at the lowest priority (${SANITIZE_BUILD_LOG})"
+# Its own process group (setsid), so that a failing step stops it whole.
+env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \
+  >"${SANITIZE_BUILD_LOG}" 2>&1 &
+SANITIZE_BUILD_PID=$!
+trap 'kill -- -"${SANITIZE_BUILD_PID}" 2>/dev/null || true' EXIT
+
 step "C++: ctest (${BUILD_DIR})"
 ctest --test-dir "${BUILD_DIR}" --output-on-failure
 
 # Gaps never fail the reports; failing to generate them does (set -e).
-REPORTS_DIR="${REPORTS_DIR:-build/reports}"
 step "reports: API gaps, operator coverage, op_db sweep (${REPORTS_DIR})"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
   "$PYTHON" tools/report_api_gaps.py --profile tests/conformance/api_profile.json \
@@ -107,19 +123,6 @@ TORCH_INFINI_HOST_MEMORY=discrete TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DE
 step "fuzzer: 40,000 cases"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_FUZZ_CASES=40000 \
   "$PYTHON" -m pytest -q -n "${JOBS}" -m fuzz tests/python/test_untrusted_fuzz.py
-
-# The benchmarks run in one thread: the sanitizers' build (the longest
-# compile of the run) takes the other core meanwhile, at the lowest priority
-# (nice 19: where both want the benchmarks' core, the benchmarks get it).
-# Its log is printed when it is waited for, below.
-SANITIZE_BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}"
-SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"  # the reports step made the folder
-step "sanitizers: ASan + UBSan build started beside the benchmarks (${SANITIZE_BUILD_LOG})"
-# Its own process group (setsid), so that a failing step stops it whole.
-env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \
-  >"${SANITIZE_BUILD_LOG}" 2>&1 &
-SANITIZE_BUILD_PID=$!
-trap 'kill -- -"${SANITIZE_BUILD_PID}" 2>/dev/null || true' EXIT
 
 # Ratios are reported, never asserted (a shared CI machine is noisy); a
 # result that differs from the CPU fails the run. Three rounds here (CI's

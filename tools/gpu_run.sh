@@ -180,10 +180,11 @@ export LD_LIBRARY_PATH="$PREFIX/lib:$PREFIX/lib64:$CUDA_ROOT/lib64:$(dirname "$C
 build torch-infini all -S "$REPO" -B "$WORK/build-torch-infini" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTORCH_INFINI_STACK=REQUIRE -DTORCH_INFINI_BUILD_TESTS=OFF -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
   "${CUDA_HINTS[@]}"
-# The package as a wheel would lay it out: sources, _C, libtorch_infini.
+# The package as a wheel would lay it out: sources, _C, libtorch_infini,
+# and beside it the autoload entry point's module.
 STAGE="$WORK/python"
 rm -rf "$STAGE" && mkdir -p "$STAGE"
-cp -r python/torch_infini "$STAGE/"
+cp -r python/torch_infini python/torch_infini_autoload.py "$STAGE/"
 cp "$WORK/build-torch-infini"/native/bindings/_C*.so "$WORK/build-torch-infini/libtorch_infini.so" \
   "$WORK/build-torch-infini/_build_info.py" "$STAGE/torch_infini/"
 step "torch-infini built against them"

@@ -174,12 +174,12 @@ def _cpp_options(vec_isa: Any, _config: tuple[Any, ...]) -> str:
     return shlex.join(kept)
 
 
-def _launch_entry(arg_types: list[str]) -> str:
-    """What the cpu plug-in launches (compiler_plugin.h): ``kernel__launch``
-    reads each argument from its 8-byte slot, and C++ exceptions become an
-    error message instead of crossing the stream's worker;
-    ``kernel__arg_kinds`` tells the plug-in which slots hold pointers (it
-    maps device addresses to where host kernels reach them)."""
+def _launch_entry(arg_types: list[str], symbol: str = "kernel") -> str:
+    """What the cpu plug-in launches (compiler_plugin.h): ``<symbol>__launch``
+    reads each argument from its 8-byte slot and calls ``kernel``, and C++
+    exceptions become an error message instead of crossing the stream's
+    worker; ``<symbol>__arg_kinds`` tells the plug-in which slots hold
+    pointers (it maps device addresses to where host kernels reach them)."""
     params = []
     for i, cpp_type in enumerate(t.strip() for t in arg_types):
         if cpp_type.endswith("*"):
@@ -194,9 +194,9 @@ def _launch_entry(arg_types: list[str]) -> str:
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-extern "C" const size_t kernel__num_args = {len(arg_types)};
-extern "C" const char kernel__arg_kinds[] = "{_argument_kinds(arg_types)}";
-extern "C" int kernel__launch(void** args, char* error, size_t error_size) {{
+extern "C" const size_t {symbol}__num_args = {len(arg_types)};
+extern "C" const char {symbol}__arg_kinds[] = "{_argument_kinds(arg_types)}";
+extern "C" int {symbol}__launch(void** args, char* error, size_t error_size) {{
   try {{
     kernel({call});
     return 0;
@@ -320,7 +320,73 @@ def _argument_kinds(arg_types: list[str]) -> str:
 empty_strided = _C._compiler_empty_strided
 
 
-def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
+class PendingCppKernel:
+    """A C++ kernel of a wrapper module being loaded, not compiled yet.
+
+    ``cpp_kernel`` defers each kernel of the module; the module's last line,
+    ``compile_pending(globals())``, compiles them all in one run of the
+    plug-in's compiler (each run costs ~0.4 s before its first kernel:
+    the compiler's start and Inductor's precompiled header) and puts the
+    loaded kernels in their names' place. Anything that launches a pending
+    kernel before then compiles it on the spot.
+    """
+
+    __slots__ = ("arg_types", "kernel", "name", "source")
+
+    def __init__(self, name: str, arg_types: list[str], source: str) -> None:
+        self.name = name
+        self.arg_types = arg_types
+        self.source = source
+        self.kernel: CppKernel | None = None
+
+    def launch(self, *args: Any) -> None:
+        _resolve(self).launch(*args)
+
+
+# The kernels cpp_kernel deferred on this thread (a module loads on one thread).
+_queued = threading.local()
+
+
+def _queue() -> list[PendingCppKernel]:
+    if not hasattr(_queued, "kernels"):
+        _queued.kernels = []
+    return _queued.kernels
+
+
+def _include_lines(source: str) -> tuple[list[str], str]:
+    """A kernel's #include lines, and the rest of its source."""
+    includes, rest = [], []
+    for line in source.splitlines():
+        (includes if line.lstrip().startswith("#include") else rest).append(line)
+    return includes, "\n".join(rest)
+
+
+def _translation_unit(runtime_source: str, kernels: list[PendingCppKernel]) -> str:
+    """One source for several kernels: their #include lines first (each
+    header once, outside any namespace), then each kernel in a namespace of
+    its own with its name ``kernel`` made unique by a macro, beside its launch
+    entry ``kernel__launch`` (the first) or ``kernel_<i>__launch``."""
+    headers: dict[str, None] = {}
+    bodies = []
+    for i, k in enumerate(kernels):
+        includes, rest = _include_lines(k.source)
+        headers.update(dict.fromkeys(includes))
+        entry_includes, entry = _include_lines(_launch_entry(k.arg_types, _symbol(i)))
+        headers.update(dict.fromkeys(entry_includes))
+        bodies.append(
+            f"namespace torch_infini_k{i} {{\n#define kernel torch_infini_kernel_{i}\n"
+            f"{rest}\n{entry}\n#undef kernel\n}}  // namespace torch_infini_k{i}\n"
+        )
+    return runtime_source + "\n".join(headers) + "\n" + "".join(bodies)
+
+
+def _symbol(index: int) -> str:
+    return "kernel" if index == 0 else f"kernel_{index}"
+
+
+def _load_cpp_kernels(kernels: list[PendingCppKernel]) -> None:
+    """Compiles ``kernels`` in one run of the plug-in's compiler, loads the
+    binary and sets each one's ``kernel``."""
     compiler = plugin()
     if compiler.source_language != "c++":
         raise NotImplementedError(
@@ -328,18 +394,28 @@ def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
             f"{compiler.name!r} ({compiler.origin}) compiles {compiler.source_language}, "
             "but Inductor generated C++ for this graph"
         )
-    full = compiler.runtime_source() + source + _launch_entry(arg_types)
+    full = _translation_unit(compiler.runtime_source(), kernels)
     options = cpp_options()
     key = (compiler.name, compiler.origin, options, full)
     with _loaded_lock:
-        kernel = _loaded.get(key)
-    if kernel is None:
+        loaded = _loaded.get(key)
+    if loaded is None:
         # A graph compiled again (a recompile, an FX graph cache hit) reuses
         # the loaded module instead of loading another copy.
-        kernel = compiler.load(_binaries.get(compiler, full, options)).kernel("kernel")
+        module = compiler.load(_binaries.get(compiler, full, options))
+        loaded = [module.kernel(_symbol(i)) for i in range(len(kernels))]
         with _loaded_lock:
-            kernel = _loaded.setdefault(key, kernel)
-    return kernel.bind(name, _argument_kinds(arg_types))
+            loaded = _loaded.setdefault(key, loaded)
+    for k, kernel in zip(kernels, loaded, strict=True):
+        k.kernel = kernel.bind(k.name, _argument_kinds(k.arg_types))
+
+
+def _load_cpp_kernel(name: str, arg_types: list[str], source: str) -> CppKernel:
+    """One kernel, compiled and loaded on its own."""
+    pending = PendingCppKernel(name, arg_types, source)
+    _load_cpp_kernels([pending])
+    assert pending.kernel is not None
+    return pending.kernel
 
 
 _loaded: dict[tuple[str, str, str, str], Any] = {}
@@ -359,22 +435,63 @@ def _forget_pool_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def cpp_kernel(name: str, arg_types: list[str], source: str) -> Any:
-    """What Inductor's wrapper calls for each C++ kernel of an infini graph:
-    the kernel, or a future of it that ``async_compile.wait`` resolves when
-    Inductor compiles in parallel."""
+# A run of the compiler for at least this many kernels: where Inductor
+# compiles in parallel, a module's kernels are split among its threads.
+_KERNELS_PER_RUN = 4
+
+
+def _compile_queued() -> None:
+    """Compiles the kernels deferred on this thread: one run of the
+    compiler, or one per compile thread for a module with many kernels."""
     from torch._inductor.async_compile import get_compile_threads
 
-    threads = get_compile_threads()
-    if threads <= 1:
-        return _load_cpp_kernel(name, arg_types, source)
+    kernels = [k for k in _queue() if k.kernel is None]
+    _queue().clear()
+    if not kernels:
+        return
+    runs = max(1, min(get_compile_threads(), len(kernels) // _KERNELS_PER_RUN))
+    if runs == 1:
+        _load_cpp_kernels(kernels)
+        return
+    size = -(-len(kernels) // runs)
+    chunks = [kernels[i : i + size] for i in range(0, len(kernels), size)]
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=threads, thread_name_prefix="torch_infini_compile"
+                max_workers=get_compile_threads(), thread_name_prefix="torch_infini_compile"
             )
-    return _pool.submit(_load_cpp_kernel, name, arg_types, source)
+        pool = _pool
+    for future in [pool.submit(_load_cpp_kernels, chunk) for chunk in chunks]:
+        future.result()
+
+
+def _resolve(pending: PendingCppKernel) -> CppKernel:
+    if pending.kernel is None and pending in _queue():
+        _compile_queued()
+    if pending.kernel is None:  # queued on another thread, or its run failed
+        _load_cpp_kernels([pending])
+    assert pending.kernel is not None
+    return pending.kernel
+
+
+def cpp_kernel(name: str, arg_types: list[str], source: str) -> PendingCppKernel:
+    """What Inductor's wrapper calls for each C++ kernel of an infini graph:
+    the kernel, deferred until ``compile_pending`` compiles the module's
+    kernels together."""
+    pending = PendingCppKernel(name, arg_types, source)
+    _queue().append(pending)
+    return pending
+
+
+def compile_pending(scope: dict[str, Any]) -> None:
+    """The wrapper module's last line: compiles its deferred kernels and
+    binds each name in ``scope`` to its loaded kernel (launched from C++
+    from then on, no Python frame in between)."""
+    _compile_queued()
+    for name, value in list(scope.items()):
+        if isinstance(value, PendingCppKernel):
+            scope[name] = _resolve(value)
 
 
 # ------------------------------------------------------------- Triton kernels

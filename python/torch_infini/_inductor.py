@@ -133,6 +133,12 @@ class _CallsCppKernelsOnInfini:
 
 
 class InfiniPythonWrapperCodegen(_CallsCppKernelsOnInfini, PythonWrapperCodegen):
+    def write_async_compile_wait(self) -> None:
+        super().write_async_compile_wait()
+        # The module's C++ kernels (its subgraphs' included), compiled
+        # together: one run of the plug-in's compiler instead of one each.
+        self.prefix.writeline("infini_compiler.compile_pending(globals())")
+
     @staticmethod
     def create(
         is_subgraph: bool,

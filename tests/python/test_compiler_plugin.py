@@ -206,6 +206,47 @@ def test_a_compile_error_gives_the_compiler_message_and_keeps_the_source() -> No
     shutil.rmtree(kept.parent)
 
 
+def test_a_graphs_kernels_are_compiled_in_one_run_of_the_compiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each run of the plug-in's compiler costs ~0.4 s before its first
+    kernel (the compiler's start, Inductor's precompiled header): a graph's
+    C++ kernels go to the plug-in as one source, and each still computes
+    what the CPU computes."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    runs: list[str] = []
+    get = _compiler._binaries.get
+
+    def counted(compiler: object, source: str, options: str) -> bytes:
+        runs.append(source)
+        return get(compiler, source, options)
+
+    monkeypatch.setattr(_compiler._binaries, "get", counted)
+    # A constant of this run: sources no cache has seen.
+    scale = float(torch.rand(()).item()) + 1.0
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = torch.softmax(a * scale, -1) @ b
+        return s.relu().sum(0), (a.t() * scale).exp().amax(-1)
+
+    a, b = torch.randn(16, 8), torch.randn(8, 8)
+    with config.patch(compile_threads=1):
+        (got, codes) = run_and_get_code(torch.compile(f), a.to(DEVICE), b.to(DEVICE))
+    definition = re.compile(r"infini_compiler\.cpp_kernel\('(\w+)'")
+    kernels = [name for code in codes for name in definition.findall(code)]
+    assert len(kernels) >= 2, kernels
+    assert len(runs) == 1, f"{len(runs)} compiler runs for the kernels {kernels}"
+    for name in kernels:
+        assert f"#define kernel torch_infini_kernel_{kernels.index(name)}" in runs[0]
+    for g, w in zip(got, f(a, b), strict=True):
+        assert g.device == DEVICE and g.stride() == w.stride()
+        # Inductor's C++ kernels against eager CPU: reductions and exp are
+        # vectorized in another order than ATen's, hence a tolerance.
+        torch.testing.assert_close(g.cpu(), w)
+
+
 # ---------------------------------------------------------------- stream order
 
 

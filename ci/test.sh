@@ -48,8 +48,13 @@ mkdir -p "${REPORTS_DIR}"
 SANITIZE_BUILD_DIR="${SANITIZE_BUILD_DIR:-build/asan}"
 SANITIZE_BUILD_LOG="${REPORTS_DIR}/sanitize_build.log"
 step "sanitizers: ASan + UBSan build started at the lowest priority (${SANITIZE_BUILD_LOG})"
-# Its own process group (setsid), so that a failing step stops it whole.
-env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid nice -n 19 bash ci/sanitize.sh --build \
+# Its own session (setsid): one process group, which a failing step stops
+# whole. Where the kernel groups a session's processes for scheduling
+# (autogroup, sched(7)), nice ranks processes within a group only, and a
+# session of its own would get as much CPU as all the steps together: the
+# group's own nice value is set to 19 too.
+env "${BUILD_COMPILERS[@]}" BUILD_DIR="${SANITIZE_BUILD_DIR}" setsid bash -c \
+  'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash ci/sanitize.sh --build' \
   >"${SANITIZE_BUILD_LOG}" 2>&1 &
 SANITIZE_BUILD_PID=$!
 trap 'kill -- -"${SANITIZE_BUILD_PID}" 2>/dev/null || true' EXIT

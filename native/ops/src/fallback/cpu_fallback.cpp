@@ -428,7 +428,9 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 //    registered unboxed (TypedStructuredForm): a call of plain infini
 //    tensors skips the stack and goes straight to the CPU kernel.
 // 5. The foreach operators (_foreach_add_, _foreach_lerp_, ...: what the
-//    optimizers' steps are made of). Every backend without a kernel of its
+//    optimizers' steps are made of) without an infini kernel (the in-place
+//    ones have one, aten/foreach.cpp, which hands here what its provider
+//    does not take). Every backend without a kernel of its
 //    own, the CPU included, runs their CompositeExplicitAutograd loop of
 //    per-tensor calls; on infini each of those would be a call of its own
 //    (most of them the fallback's). Routed whole: one call per tensor list,
@@ -556,14 +558,6 @@ bool onOneInfiniDevice(const c10::FunctionSchema& schema, const torch::jit::Stac
   return one && device.has_value();
 }
 
-void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (onOneInfiniDevice(op.schema(), *stack)) {
-    runOnCpu(op, stack, std::string());
-    return;
-  }
-  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
-}
-
 void structuredFormFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (directlyCallable(op, *stack)) {
     runOnCpu(op, stack, std::string());
@@ -673,6 +667,15 @@ const std::vector<std::string>& routedOperators() {
 }
 
 }  // namespace
+
+void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  std::string refusal = std::exchange(pending_refusal, std::string());
+  if (onOneInfiniDevice(op.schema(), *stack)) {
+    runOnCpu(op, stack, refusal);
+    return;
+  }
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const std::string& name : routedOperators()) {

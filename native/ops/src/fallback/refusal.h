@@ -23,6 +23,11 @@ void refusedKernelFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 void runInCpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The refusal the next refusedKernelFallback call on this thread reports.
 void setPendingRefusal(std::string refusal);
+// The boxed route of a foreach operator the device does not run (category 5
+// of cpu_fallback.cpp): whole in the fallback where every tensor is on one
+// infini device (a pending refusal is its reason), else the per-tensor loop
+// as on CUDA.
+void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The operators layout_fallback.cpp registers with its own wrapper around
 // the fallback ("aten::pixel_shuffle", sorted): the routed lists skip them.

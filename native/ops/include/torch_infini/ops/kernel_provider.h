@@ -9,6 +9,7 @@
 
 #include <c10/core/Scalar.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
 #include <string>
@@ -16,6 +17,11 @@
 
 #include "torch_infini/ops/seam_operators.h"
 #include "torch_infini/runtime/device_runtime.h"
+
+namespace c10 {
+class OperatorHandle;
+struct IValue;
+}  // namespace c10
 
 namespace torch_infini::ops {
 
@@ -208,6 +214,21 @@ class KernelProvider {
                               const TensorRef& found_inf, double growth_factor,
                               double backoff_factor, int64_t growth_interval,
                               runtime::StreamHandle stream) = 0;
+  // An in-place foreach operator (aten::_foreach_<name>_, SeamOp::Foreach)
+  // called whole: `arguments` are the call's, except that each tensor list
+  // is an empty list standing for the next entry of `lists`, the views of
+  // its tensors. The bridge (aten/foreach.cpp) passes lists of one dtype the
+  // provider supports for Foreach, on one device, of dense tensors, the
+  // lists' tensors at each index of one shape and overlapping the written
+  // one wholly or not at all. Providers without foreach kernels keep this
+  // default, which refuses (supports() says so first).
+  virtual void foreachInPlace(const c10::OperatorHandle& /*op*/,
+                              const std::vector<c10::IValue>& /*arguments*/,
+                              const std::vector<std::vector<TensorRef>>& /*lists*/,
+                              runtime::StreamHandle /*stream*/) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "infini: the ", name(),
+                                " kernel provider has no foreach kernels");
+  }
 };
 
 // Launches of arithmetic kernels (not copies or fills) whose results need not

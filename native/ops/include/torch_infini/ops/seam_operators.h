@@ -48,6 +48,9 @@
 //                   (aten::convolution)
 //   AmpUnscale      GradScaler: grads *= inv_scale, found_inf = 1 on inf/nan
 //   AmpUpdateScale  GradScaler: the scale backed off or grown from found_inf
+//   Foreach         an in-place foreach operator (aten::_foreach_<name>_, what
+//                   the optimizers step with) over tensor lists of one dtype
+//                   on one device, called whole (aten/foreach.cpp)
 #pragma once
 
 #include <cstdint>
@@ -79,7 +82,8 @@
   X(PagedAttention, paged_attention, PagedAttentionInfinilm, kReducedFloatTypes, kCudaLike, "float") \
   X(Convolution, convolution, Convolution, kConvolutionTypes, kCudaLike, "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
-  X(AmpUpdateScale, amp_update_scale, none, {}, {}, {})
+  X(AmpUpdateScale, amp_update_scale, none, {}, {}, {}) \
+  X(Foreach, foreach, none, {}, {}, {})
 // clang-format on
 
 namespace torch_infini::ops {

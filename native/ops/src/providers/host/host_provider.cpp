@@ -245,6 +245,8 @@ class HostKernels final : public KernelProvider {
         return c10::isFloatingType(dtype);
       case SeamOp::AmpUpdateScale:
         return dtype == c10::ScalarType::Float;
+      case SeamOp::Foreach:  // the CPU's loops (InfiniOps has no foreach operators)
+        return c10::isFloatingType(dtype);
       default:
         return inMask(native_[static_cast<size_t>(op)], dtype);
     }
@@ -688,6 +690,34 @@ class HostKernels final : public KernelProvider {
                                  growth_interval);
         },
         scale, growth_tracker, found_inf);
+  }
+
+  // The foreach operator's CPU kernel (a loop of per-tensor operators) over
+  // the device memory, in stream order: the call as the CPU makes it, on
+  // CPU tensors aliasing the lists' kernel views.
+  void foreachInPlace(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
+                      const std::vector<std::vector<TensorRef>>& lists,
+                      runtime::StreamHandle stream) override {
+    submit(
+        stream,
+        [op, arguments](const std::vector<std::vector<TensorRef>>& list_refs) {
+          torch::jit::Stack stack;
+          stack.reserve(arguments.size());
+          size_t next = 0;
+          for (const c10::IValue& argument : arguments) {
+            if (!argument.isTensorList() || !argument.toTensorList().empty()) {
+              stack.push_back(argument);
+              continue;
+            }
+            c10::List<at::Tensor> aliases;
+            aliases.reserve(list_refs[next].size());
+            for (const TensorRef& ref : list_refs[next]) aliases.push_back(unownedCpu(ref));
+            ++next;
+            stack.emplace_back(std::move(aliases));
+          }
+          op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+        },
+        lists);
   }
 
  private:

@@ -440,13 +440,11 @@ os.register_at_fork(after_in_child=_forget_pool_in_child)
 _KERNELS_PER_RUN = 4
 
 
-def _compile_queued() -> None:
-    """Compiles the kernels deferred on this thread: one run of the
-    compiler, or one per compile thread for a module with many kernels."""
+def _compile(kernels: list[PendingCppKernel]) -> None:
+    """Compiles ``kernels``: one run of the compiler, or one per compile
+    thread for a module with many kernels."""
     from torch._inductor.async_compile import get_compile_threads
 
-    kernels = [k for k in _queue() if k.kernel is None]
-    _queue().clear()
     if not kernels:
         return
     runs = max(1, min(get_compile_threads(), len(kernels) // _KERNELS_PER_RUN))
@@ -467,9 +465,13 @@ def _compile_queued() -> None:
 
 
 def _resolve(pending: PendingCppKernel) -> CppKernel:
+    """The loaded kernel; a kernel launched before its module's
+    compile_pending is compiled with the rest deferred on this thread."""
     if pending.kernel is None and pending in _queue():
-        _compile_queued()
-    if pending.kernel is None:  # queued on another thread, or its run failed
+        queued = [k for k in _queue() if k.kernel is None]
+        _queue().clear()
+        _compile(queued)
+    if pending.kernel is None:  # deferred on another thread, or its run failed
         _load_cpp_kernels([pending])
     assert pending.kernel is not None
     return pending.kernel
@@ -488,7 +490,12 @@ def compile_pending(scope: dict[str, Any]) -> None:
     """The wrapper module's last line: compiles its deferred kernels and
     binds each name in ``scope`` to its loaded kernel (launched from C++
     from then on, no Python frame in between)."""
-    _compile_queued()
+    # The module's own kernels, in their order (a stable source for the
+    # binary cache); whatever else is queued on this thread was deferred by a
+    # module whose loading failed before its last line, and is dropped.
+    kernels = [v for v in scope.values() if isinstance(v, PendingCppKernel) and v.kernel is None]
+    _queue().clear()
+    _compile(kernels)
     for name, value in list(scope.items()):
         if isinstance(value, PendingCppKernel):
             scope[name] = _resolve(value)

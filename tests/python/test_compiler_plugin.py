@@ -247,6 +247,43 @@ def test_a_graphs_kernels_are_compiled_in_one_run_of_the_compiler(
         torch.testing.assert_close(g.cpu(), w)
 
 
+def _twice_times(factor: str) -> str:
+    return _TWICE.replace("2.0f", factor)
+
+
+def test_a_kernel_launched_before_its_modules_last_line_compiles_then() -> None:
+    """A kernel launched before compile_pending (or defined outside a
+    wrapper module) is compiled on the spot, with the rest deferred on this
+    thread in the same run, and computes what it says."""
+    first = _compiler.cpp_kernel("twice", _TWICE_TYPES, _twice_times("2.5f"))
+    second = _compiler.cpp_kernel("thrice", _TWICE_TYPES, _twice_times("3.5f"))
+    x = torch.arange(6, dtype=torch.float32)
+    dx, out = x.to(DEVICE), torch.empty(6, device=DEVICE)
+    first.launch(0, dx, out, 6)
+    assert torch.equal(out.cpu(), x * 2.5)
+    assert second.kernel is not None, "not compiled in the same run"
+    second.launch(0, dx, out, 6)
+    assert torch.equal(out.cpu(), x * 3.5)
+
+
+def test_a_modules_last_line_compiles_its_own_kernels_and_drops_the_rest() -> None:
+    """What a module whose loading failed before its last line deferred is
+    not compiled with the next module's kernels."""
+    stale = _compiler.cpp_kernel("stale", _TWICE_TYPES, _twice_times("5.5f"))
+    scope: dict[str, object] = {
+        "mine": _compiler.cpp_kernel("mine", _TWICE_TYPES, _twice_times("4.5f"))
+    }
+    _compiler.compile_pending(scope)
+    assert not isinstance(scope["mine"], _compiler.PendingCppKernel)
+    assert stale.kernel is None
+    x = torch.arange(6, dtype=torch.float32)
+    dx, out = x.to(DEVICE), torch.empty(6, device=DEVICE)
+    scope["mine"].launch(0, dx, out, 6)  # type: ignore[attr-defined]
+    assert torch.equal(out.cpu(), x * 4.5)
+    stale.launch(0, dx, out, 6)  # compiled alone, if ever launched
+    assert torch.equal(out.cpu(), x * 5.5)
+
+
 # ---------------------------------------------------------------- stream order
 
 

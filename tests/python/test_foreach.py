@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch_infini
 from infini_testing import assert_bitwise_equal, raises_exactly, requires_two_devices
+from op_coverage import relocate_sample, torch_testing_internal
 from torch import nn
 
 DEVICE = torch.device("infini", 0)
@@ -308,20 +309,10 @@ def test_a_written_tensor_overlapping_itself_raises_as_on_the_cpu() -> None:
 def _foreach_opinfos() -> list[object]:
     """PyTorch's OpInfos of the foreach operators with an in-place variant
     (common_methods_invocations' foreach_*_op_db, which op_db leaves out)."""
-    from op_coverage import torch_testing_internal
-
     cmi = torch_testing_internal("common_methods_invocations")
     names = sorted(n for n in dir(cmi) if n.startswith("foreach_") and n.endswith("_op_db"))
     infos = [info for name in names for info in getattr(cmi, name)]
     return [info for info in infos if info.inplace_variant is not None]
-
-
-def _on_device(value: object) -> object:
-    if isinstance(value, torch.Tensor):
-        return value.to(DEVICE)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_on_device(v) for v in value)
-    return value
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -338,17 +329,19 @@ def test_every_in_place_foreach_operator_matches_the_cpu_on_pytorchs_samples(
         pytest.skip(f"{info.name}: the CPU has no {dtype} kernel")
     compared = 0
     for sample in info.sample_inputs("cpu", dtype, num_input_tensors=[3]):
-        want = [t.clone() for t in sample.input]
-        dev = [t.to(DEVICE) for t in sample.input]
-        args, kwargs = sample.args, sample.kwargs
+        # Copies with the samples' exact geometry (relocate_sample), so the
+        # lists are written through the layouts PyTorch's samples have.
+        want = relocate_sample(sample.input, torch.device("cpu"))
+        dev = relocate_sample(sample.input, DEVICE)
+        args, dev_args, kwargs = sample.args, relocate_sample(sample.args, DEVICE), sample.kwargs
         try:
             info.inplace_variant(want, *args, **kwargs)
         except (RuntimeError, TypeError, ValueError) as cpu_error:
             with pytest.raises(type(cpu_error)):
-                info.inplace_variant(dev, *_on_device(args), **kwargs)
+                info.inplace_variant(dev, *dev_args, **kwargs)
                 torch.infini.synchronize()
             continue
-        info.inplace_variant(dev, *_on_device(args), **kwargs)
+        info.inplace_variant(dev, *dev_args, **kwargs)
         for got, expected in zip(dev, want, strict=True):
             assert got.stride() == expected.stride(), (info.name, sample)
             assert_bitwise_equal(got, expected)

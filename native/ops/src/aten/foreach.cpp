@@ -72,7 +72,7 @@ struct DeviceCall {
 std::string refusal(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                     DeviceCall& call) {
   const size_t count = op.schema().arguments().size();
-  const std::string name = op.schema().name();
+  const std::string& name = op.schema().name();
   for (size_t i = stack.size() - count; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     if (!v.isTensorList()) {
@@ -92,6 +92,11 @@ std::string refusal(const c10::OperatorHandle& op, const torch::jit::Stack& stac
       if (!call.device) {
         call.device = t.device();
         call.dtype = t.scalar_type();
+        // First: where the provider has no foreach kernels (InfiniOps),
+        // every call goes to the fallback without the checks below.
+        if (!selectedKernelProvider().supports(SeamOp::Foreach, call.dtype))
+          return name + ": the " + selectedKernelProvider().name() +
+                 " kernel provider has no foreach kernel for " + c10::toString(call.dtype);
       }
       if (t.device() != *call.device) return name + ": lists on several devices";
       if (t.scalar_type() != call.dtype) return name + ": lists of several dtypes";
@@ -115,9 +120,6 @@ std::string refusal(const c10::OperatorHandle& op, const torch::jit::Stack& stac
         return name + ": a written tensor partly overlapping another argument";
     }
   }
-  if (!selectedKernelProvider().supports(SeamOp::Foreach, call.dtype))
-    return name + ": the " + selectedKernelProvider().name() +
-           " kernel provider has no foreach kernel for " + c10::toString(call.dtype);
   return std::string();
 }
 

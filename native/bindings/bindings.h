@@ -11,14 +11,15 @@ namespace torch_infini::bindings {
 
 namespace nb = nanobind;
 
-void bindSelection(nb::module_& m);    // selection_bindings.cpp
-void bindFallback(nb::module_& m);     // fallback_bindings.cpp
-void bindDistributed(nb::module_& m);  // distributed_bindings.cpp
-void bindOperators(nb::module_& m);    // operators_bindings.cpp
-void bindMemory(nb::module_& m);       // memory_bindings.cpp
-void bindRandom(nb::module_& m);       // random_bindings.cpp
-void bindDevices(nb::module_& m);      // device_bindings.cpp
-void bindCompiler(nb::module_& m);     // compiler_bindings.cpp
+void bindSelection(nb::module_& m);      // selection_bindings.cpp
+void bindFallback(nb::module_& m);       // fallback_bindings.cpp
+void bindDistributed(nb::module_& m);    // distributed_bindings.cpp
+void bindOperators(nb::module_& m);      // operators_bindings.cpp
+void bindMemory(nb::module_& m);         // memory_bindings.cpp
+void bindRandom(nb::module_& m);         // random_bindings.cpp
+void bindDevices(nb::module_& m);        // device_bindings.cpp
+void bindCompiler(nb::module_& m);       // compiler_bindings.cpp
+void bindOperatorCalls(nb::module_& m);  // operator_call_bindings.cpp
 
 // A device index from Python, where -1 means the current device: checked as
 // the 64-bit integer Python passed, before any narrowing (c10::DeviceIndex

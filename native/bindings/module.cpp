@@ -1,6 +1,7 @@
 // torch_infini._C: thin bindings over libtorch_infini.so for the Python
-// layer, bound by area (bindings.h). Tensors never cross here; they go
-// through PyTorch's own dispatcher.
+// layer, bound by area (bindings.h). Tensors cross only where a compiled
+// graph's wrapper calls in (compiler_bindings.cpp, operator_call_bindings.cpp);
+// everything else goes through PyTorch's own dispatcher.
 #include <c10/util/Exception.h>
 #include <nanobind/nanobind.h>
 
@@ -52,4 +53,5 @@ NB_MODULE(_C, m) {
   bindings::bindRandom(m);
   bindings::bindDevices(m);
   bindings::bindCompiler(m);
+  bindings::bindOperatorCalls(m);
 }

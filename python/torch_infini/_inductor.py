@@ -16,9 +16,9 @@ the device module (``torch.infini``) for ``Scheduling``,
 ``PythonWrapperCodegen`` and ``CppWrapperCodegen`` the first time it
 compiles, so nothing here is imported before ``torch.compile`` is used.
 
-Two decisions Inductor makes by the device name "cpu" have no hook; this
+Four decisions Inductor makes by the device name "cpu" have no hook; this
 module has _patches.py extend them to infini as it loads
-(``_patches.apply_to_inductor``).
+(``_patches.apply_to_inductor`` lists them).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from torch._dynamo.device_interface import (
     register_interface_for_device,
 )
 from torch._inductor import config as inductor_config
+from torch._inductor import ir
 from torch._inductor.codegen import common as _common
 from torch._inductor.codegen.common import register_backend_for_device
 from torch._inductor.codegen.cpp import CppScheduling
@@ -133,6 +134,32 @@ class _CallsCppKernelsOnInfini:
 
 
 class InfiniPythonWrapperCodegen(_CallsCppKernelsOnInfini, PythonWrapperCodegen):
+    def _generate_extern_kernel_alloc_helper(self, extern_kernel: Any, args: Any) -> None:
+        # A fused operator (a graph pass's rewrite) is called through
+        # infini_compiler.operator_call: the same dispatcher call without
+        # OpOverload's Python layer (a module-level name, bound once).
+        kernel_name = extern_kernel.get_kernel_name()
+        if not kernel_name.startswith("torch.ops.infini."):
+            super()._generate_extern_kernel_alloc_helper(extern_kernel, args)
+            return
+        alias = "infini_op_" + kernel_name.removeprefix("torch.ops.infini.").replace(".", "__")
+        if alias not in self._infini_operator_calls:
+            self._infini_operator_calls.add(alias)
+            self.header.writeline(f"{alias} = infini_compiler.operator_call({kernel_name!r})")
+        call = f"{alias}({', '.join(args)}){self.ending}"
+        if isinstance(extern_kernel.layout, ir.NoneLayout):
+            self.writeline(f"{self.declare}{call}")
+            return
+        output = extern_kernel.get_name()
+        self.writeline(f"{self.declare}{output} = {call}")
+        origin = extern_kernel.get_origin_node()
+        if inductor_config.generate_intermediate_hooks and origin is not None:
+            self.writeline(f"run_intermediate_hooks({origin.name!r}, {output})")
+
+    @functools.cached_property
+    def _infini_operator_calls(self) -> set[str]:
+        return set()
+
     def write_async_compile_wait(self) -> None:
         super().write_async_compile_wait()
         # The module's C++ kernels (its subgraphs' included), compiled

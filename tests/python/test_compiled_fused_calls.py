@@ -23,7 +23,8 @@ from unittest import mock
 import fused_oracles as oracle
 import pytest
 import torch
-from infini_testing import assert_bitwise_equal, requires_inductor
+import torch_infini
+from infini_testing import assert_bitwise_equal, describe, requires_inductor, run_python
 from torch._inductor.graph import GraphLowering
 from torch_infini import graph_passes
 
@@ -253,3 +254,151 @@ def test_with_gradients_one_dynamic_compile_serves_every_size(name: str) -> None
             assert d.grad is not None and leaf.grad is not None
             _assert_gradient(d.grad, leaf.grad)
     assert counters["stats"]["unique_graphs"] == 1
+
+
+# ------------------------------------------------- the wrapper's operator calls
+#
+# Where a call stays the fused operator, Inductor's wrapper calls it through
+# infini_compiler.operator_call (_C._OperatorCall): the same dispatcher call
+# as the OpOverload's, without its Python layer. What a user sees must not
+# change: results, errors, warnings, the profiler, __torch_function__.
+
+
+def _rms_norm_args() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(2, 5, 32, generator=g), torch.randn(32, generator=g)
+
+
+def test_a_rewritten_call_bypasses_the_overloads_python_layer_not_the_profiler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compiled graph never enters OpOverload.__call__ for the fused
+    operator, and the profiler still records it (the dispatcher's
+    RecordFunction): a trace of a compiled model shows its fused kernels."""
+    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "always")
+    x, w = _rms_norm_args()
+    fn = torch.compile(_call("rms_norm"))
+    fn(x.to(DEVICE), w.to(DEVICE))  # compiled outside the counted region
+    entered: list[str] = []
+    overload_call = torch._ops.OpOverload.__call__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        entered.append(str(self))
+        return overload_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch._ops.OpOverload, "__call__", counting)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        got = fn(x.to(DEVICE), w.to(DEVICE))
+    _assert_matches(got, _oracle("rms_norm")(x, w))
+    assert not [name for name in entered if name.startswith("infini.")]
+    assert "infini::rms_norm" in {event.name for event in prof.events()}
+
+
+def _operator_call(name: str) -> Any:
+    from torch_infini import _compiler
+
+    return _compiler.operator_call(f"torch.ops.infini.{name}.default")
+
+
+def test_an_operator_call_takes_what_the_overload_takes() -> None:
+    """Positional, keyword and default arguments, bit for bit the
+    OpOverload's results (the same kernel)."""
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+    call, overload = _operator_call("rms_norm"), torch.ops.infini.rms_norm.default
+    want = overload(x, w, 1e-5)
+    assert_bitwise_equal(call(x, w, 1e-5), want.cpu())
+    assert_bitwise_equal(call(x, weight=w, eps=1e-5), want.cpu())
+    assert_bitwise_equal(call(input=x, weight=w, eps=1e-5), want.cpu())
+    assert_bitwise_equal(call(x, w), overload(x, w).cpu())  # eps's default
+    with torch_infini.cpu_fallback.allowed("silent"):  # add_rms_norm: the CPU's kernel
+        out, residual = _operator_call("add_rms_norm")(x, x, w, 1e-5)
+        want_out, want_residual = torch.ops.infini.add_rms_norm.default(x, x, w, 1e-5)
+    assert_bitwise_equal(out, want_out.cpu())
+    assert_bitwise_equal(residual, want_residual.cpu())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(lambda x, w: (x, w.double(), 1e-5), id="a kernel's check"),
+        pytest.param(lambda x, w: (x, 3, 1e-5), id="an int for a Tensor"),
+        pytest.param(lambda x, w: (x, w, "small"), id="a str for a float"),
+        pytest.param(lambda x, w: (x, w, 1e-5, 1), id="too many arguments"),
+        pytest.param(lambda x, w: (x,), id="a missing argument"),
+    ],
+)
+def test_an_operator_call_raises_what_the_overload_raises(args: Callable[..., Any]) -> None:
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+    with pytest.raises(Exception) as want:
+        torch.ops.infini.rms_norm.default(*args(x, w))
+    with pytest.raises(Exception) as got:
+        _operator_call("rms_norm")(*args(x, w))
+    assert type(got.value) is type(want.value)
+    assert str(got.value) == str(want.value)
+
+
+def test_an_unknown_keyword_is_refused_as_the_overload_refuses_it() -> None:
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+    with pytest.raises(Exception) as want:
+        torch.ops.infini.rms_norm.default(x, w, epsilon=1e-5)
+    with pytest.raises(Exception) as got:
+        _operator_call("rms_norm")(x, w, epsilon=1e-5)
+    assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+
+
+class _Traced(torch.Tensor):
+    """A Tensor subclass whose __torch_function__ records what it sees."""
+
+    seen: list[str] = []
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        cls.seen.append(str(func))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_still_sees_the_call() -> None:
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+    _Traced.seen.clear()
+    _operator_call("rms_norm")(x.as_subclass(_Traced), w, 1e-5)
+    assert "infini.rms_norm.default" in _Traced.seen
+
+
+def test_a_torch_function_mode_still_sees_the_call() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+
+    class Recording(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Recording() as mode:
+        _operator_call("rms_norm")(x, w, 1e-5)
+    assert mode.seen == ["infini.rms_norm.default"]
+
+
+def test_a_kernels_warning_is_a_python_warning() -> None:
+    """A warning the call raises in C++ (here the CPU fallback's, for a 4-D
+    input the kernel refuses) is a Python warning, as through the
+    OpOverload: -W error makes it an exception the caller catches."""
+    code = (
+        "import torch, torch_infini\n"
+        "from torch_infini import _compiler\n"
+        "call = _compiler.operator_call('torch.ops.infini.rms_norm.default')\n"
+        "x, w = torch.randn(2, 2, 2, 8).to('infini'), torch.randn(8).to('infini')\n"
+        "try:\n"
+        "    call(x, w, 1e-5)\n"
+        "except UserWarning as warning:\n"
+        "    print('caught:', warning)\n"
+    )
+    proc = run_python(code, env={"PYTHONWARNINGS": "error"})
+    assert proc.returncode == 0, describe(proc)
+    assert "caught: infini: infini::rms_norm: the infini kernel takes 2-D and 3-D" in proc.stdout

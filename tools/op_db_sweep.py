@@ -476,9 +476,9 @@ def _describe(value: Any) -> str:
 # Where an InfiniOps kernel ran: at least these (rtol, atol), as in
 # test_op_conformance.py. float16/bfloat16 kernels may round intermediate
 # results where the CPU computes in float; NVIDIA and MetaX run float32
-# GEMMs as TF32 (README).
+# GEMMs as TF32 (README; the provider says where:
+# torch_infini._operators.gemm_reduced_precision).
 _REDUCED_PRECISION_TOLERANCE = {"float16": (2e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2)}
-_TF32_BACKENDS = ("nvidia", "metax")
 _TF32_TOLERANCE = (1e-2, 1e-2)
 
 
@@ -506,7 +506,8 @@ def _tolerance(opinfo: Any, dtype: Any, served: set[str]) -> dict[str, float]:
                     atol, rtol = max(atol, tol.atol), max(rtol, tol.rtol)
     floor = _REDUCED_PRECISION_TOLERANCE.get(dtype_name(dtype))
     matmul = {n for n, (_, family) in _kernel_operators().items() if family == "matmul"}
-    if dtype == torch.float32 and torch_infini.backend() in _TF32_BACKENDS and served & matmul:
+    tf32 = torch_infini._operators.gemm_reduced_precision(torch.float32) is not None
+    if dtype == torch.float32 and tf32 and served & matmul:
         floor = _TF32_TOLERANCE
     if floor is not None:
         rtol, atol = max(rtol, floor[0]), max(atol, floor[1])

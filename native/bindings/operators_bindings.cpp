@@ -61,6 +61,19 @@ void bindOperators(nb::module_& m) {
     return rows;
   });
 
+  // What the selected provider's gemm computes below PyTorch's precision for
+  // a dtype ("computes float32 matrix products in TF32"), or None: the one
+  // place that knows (the provider), read by the tests' tolerances.
+  m.def("_gemm_reduced_precision", [](const std::string& dtype) -> std::optional<std::string> {
+    for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+      const auto type = static_cast<c10::ScalarType>(i);
+      if (dtype != c10::toString(type)) continue;
+      const char* reduced = ops::selectedKernelProvider().gemmReducedPrecision(type);
+      return reduced == nullptr ? std::nullopt : std::optional<std::string>(reduced);
+    }
+    throw nb::value_error(("unknown dtype name " + dtype).c_str());
+  });
+
   // InfiniRT's device types, in its enum order.
   m.def("_infinirt_device_types", [] {
     nb::list names;

@@ -18,6 +18,7 @@ from infini_testing import (  # noqa: F401  (re-exported for the op tests)
     raises_exactly,
     requires_two_devices,
 )
+from torch_infini import _operators
 from torch_infini._operators import c10_name
 
 DEVICE = "infini"
@@ -222,8 +223,11 @@ def kernel_dtypes(op: str) -> tuple[torch.dtype, ...]:
         # where InfiniOps computes them in TF32 (refused at PyTorch's default
         # float32 matmul precision).
         dtypes = torch_infini.supported_dtypes(op)
-        tf32 = backend in ("nvidia", "metax") and torch.get_float32_matmul_precision() == "highest"
-        if tf32 and op in ("mm", "bmm", "addmm", "matmul", "linear"):
+        refused = (
+            _operators.gemm_reduced_precision(torch.float32) is not None
+            and torch.get_float32_matmul_precision() == "highest"
+        )
+        if refused and op in ("mm", "bmm", "addmm", "matmul", "linear"):
             dtypes = tuple(d for d in dtypes if d != torch.float32)
         return dtypes
     dtypes = KERNEL_DTYPES[op]

@@ -1,3 +1,5 @@
+// Holds the Triton compiler the Python layer registers for the built-in
+// `nvidia` plug-in, and says clearly where none is (triton_compiler.h).
 #include "torch_infini/compiler/triton_compiler.h"
 
 #include <mutex>

@@ -1,3 +1,5 @@
+// Completes the "infini" backend's Work futures on a thread of their own,
+// each callback under its caller's thread-local state (completion_thread.h).
 #include "completion_thread.h"
 
 #include <c10/util/thread_name.h>

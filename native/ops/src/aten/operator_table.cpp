@@ -1,3 +1,5 @@
+// Keeps the operator table the bridge's registrations fill, sealed once the
+// CPU fallback reads it (torch_infini/ops/operator_table.h says what it holds).
 #include "torch_infini/ops/operator_table.h"
 
 #include <c10/util/Exception.h>

@@ -1,5 +1,5 @@
 // The CPU fallback: every ATen operator without an infini kernel ends here,
-// and every call a native kernel refuses (fallback.h).
+// and every call a native kernel refuses (fallback/refusal.h).
 //
 // Under the policy (cpu_fallback.h) the operator runs on the CPU and its
 // results land on the inputs' infini device; in-place and out= arguments are

@@ -29,7 +29,7 @@ void setPendingRefusal(std::string refusal);
 // as on CUDA.
 void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// The operators layout_fallback.cpp registers with its own wrapper around
+// The operators fallback/layouts.cpp registers with its own wrapper around
 // the fallback ("aten::pixel_shuffle", sorted): the routed lists skip them.
 const std::vector<std::string>& layoutWrappedOperators();
 bool isLayoutWrapped(const std::string& qualified_name);

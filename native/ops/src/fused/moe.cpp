@@ -131,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_infini(
   return {weights, indices, token_expert};
 }
 
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
+// ---- declared here, defined below: the kernels the structs name ------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_softmax_autograd(
     const at::Tensor& gating, int64_t topk, bool renormalize, const std::optional<at::Tensor>& bias,

@@ -277,7 +277,7 @@ at::Tensor paged_attention_infini(const at::Tensor& query, const at::Tensor& key
   return out;
 }
 
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
+// ---- declared here, defined below: the kernels the structs name ------------------------
 
 void reshape_and_cache_flash_autograd(const at::Tensor& key, const at::Tensor& value,
                                       at::Tensor& key_cache, at::Tensor& value_cache,

@@ -137,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_meta(const at::Tensor& input,
           at::empty_symint(input.sym_sizes(), input.options())};
 }
 
-// ---- the operators (schemas: library.cpp) ----------------------------------------------
+// ---- declared here, defined below: the kernels the structs name ------------------------
 
 at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps);
 void fused_add_rms_norm_cpu(at::Tensor& input, at::Tensor& residual,

@@ -1,5 +1,5 @@
 // The dtype sets of the CPU's random kernels: what the operator table
-// declares for each random operator and what random.cpp's kernels accept
+// declares for each random operator and what random/operators.cpp's kernels accept
 // (one definition serves both, so the declaration is what runs).
 #pragma once
 

@@ -1,3 +1,5 @@
+// Random fills from an infini generator's state by the numbering rule that
+// makes results independent of threads, streams and splits (fill.h).
 #include "random/fill.h"
 
 #include <ATen/Dispatch.h>

@@ -1,3 +1,5 @@
+// The vectorized Philox loops of host random number generation, kept apart
+// to be built with -O3 and cloned per instruction set (kernels.h).
 #include "random/kernels.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// What runs natively per (seam operator, dtype, device type): InfiniOps'
+// declarations less torch-infini's refusals, in one place (declared_support.h).
 #include "torch_infini/ops/declared_support.h"
 
 namespace torch_infini::ops {

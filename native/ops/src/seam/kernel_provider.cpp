@@ -1,3 +1,5 @@
+// Chooses the kernel provider for the selected backend (host or InfiniOps)
+// behind the kernel seam (torch_infini/ops/kernel_provider.h).
 #include "torch_infini/ops/kernel_provider.h"
 
 #include <c10/util/Exception.h>

@@ -1,3 +1,5 @@
+// The caching, stream-ordered device allocator behind every infini tensor
+// (caching_allocator.h says how blocks are cached, split and freed).
 #include "memory/caching_allocator.h"
 
 #include <c10/core/Allocator.h>

@@ -1,3 +1,5 @@
+// The infini random number generator: a Philox seed and offset per
+// generator, one default per device (torch_infini/runtime/generator.h).
 #include "torch_infini/runtime/generator.h"
 
 #include <ATen/EmptyTensor.h>

@@ -1,3 +1,5 @@
+// infini's devices and streams as PyTorch sees them, mapped onto the selected
+// DeviceRuntime (torch_infini/runtime/stream.h).
 #include "torch_infini/runtime/stream.h"
 
 #include "pytorch/stream_lookup.h"

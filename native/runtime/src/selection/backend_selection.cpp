@@ -1,3 +1,5 @@
+// Selects, once, the DeviceRuntime provider that serves `infini`
+// (torch_infini/runtime/backend_selection.h).
 #include "torch_infini/runtime/backend_selection.h"
 
 #include <c10/util/Exception.h>

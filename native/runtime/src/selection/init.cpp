@@ -1,3 +1,6 @@
+// torch_infini::init(): what a LibTorch application calls (Python's import
+// does the same): the backend chosen, the device named `infini`, the CPU
+// allocator redirected where device memory is host memory.
 #include <c10/core/DeviceType.h>
 
 #include "torch_infini/runtime/backend_selection.h"

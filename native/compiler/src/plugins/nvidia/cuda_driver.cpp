@@ -1,3 +1,5 @@
+// Finds the CUDA driver API functions the `nvidia` plug-in calls in
+// libcuda.so.1 at run time, so nothing links the driver (cuda_driver.h).
 #include "cuda_driver.h"
 
 #include <dlfcn.h>

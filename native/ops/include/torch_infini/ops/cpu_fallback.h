@@ -36,7 +36,7 @@ std::vector<std::string> fallbackAllowed();
 std::vector<std::string> fallbackDenied();
 
 // Operators registered for infini only to send them to the fallback whole
-// (PyTorch would otherwise decompose them: fallback.cpp); they are not
+// (PyTorch would otherwise decompose them: fallback/cpu_fallback.cpp); they are not
 // infini kernels and torch_infini.operators() does not list them.
 std::vector<std::string> fallbackRoutedOperators();
 

@@ -1,3 +1,5 @@
+// The host device's rms_norm and rotary loops over the kernel view, bit for
+// bit ATen's composition and a few us a call (fused_loops.h says why).
 #include "providers/host/fused_loops.h"
 
 #include <ATen/Dispatch.h>

@@ -1,3 +1,5 @@
+// The host kernel provider: each seam operator as ATen's CPU kernel over the
+// device memory's kernel view, inside the stream's work (host_provider.h).
 #include "providers/host/host_provider.h"
 
 #include <ATen/ATen.h>

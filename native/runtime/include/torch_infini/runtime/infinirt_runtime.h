@@ -18,7 +18,4 @@ class InfiniRtRuntime : public DeviceRuntime {
   virtual void bind(int device) = 0;
 };
 
-// "cpu", "nvidia", ... as InfiniRT spells them.
-const char* infiniTypeName(InfiniDeviceType type);
-
 }  // namespace torch_infini::runtime

@@ -1,3 +1,5 @@
+// Maps the host device's memory twice in discrete mode: no access at the
+// address PyTorch sees, read-write at the kernel view (discrete_memory.h).
 #include "providers/host/discrete_memory.h"
 
 #include <c10/util/Exception.h>

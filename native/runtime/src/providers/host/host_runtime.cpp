@@ -1,3 +1,5 @@
+// The `host` reference device: devices, memory, inline or threaded streams
+// and events on the CPU (torch_infini/runtime/host_runtime.h).
 #include "torch_infini/runtime/host_runtime.h"
 
 #include <c10/util/Exception.h>

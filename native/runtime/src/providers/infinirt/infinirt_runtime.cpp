@@ -23,8 +23,6 @@
 namespace torch_infini::runtime {
 namespace rt = infini::rt::runtime;
 
-const char* infiniTypeName(InfiniDeviceType type) { return policyFor(type).name; }
-
 void checkPolicyOrder() {
   for (std::size_t i = 0; i < kInfiniTypeCount; ++i) {
     const std::string_view infinirt =

@@ -153,6 +153,7 @@ class OperatorCall {
       e.restore();
       throw nb::python_error();
     }
+    if (stack.empty()) return nb::none();  // `-> ()`: None, as the OpOverload returns
     if (stack.size() == 1) return toPython(std::move(stack[0]));
     nb::list results;
     for (c10::IValue& value : stack) results.append(toPython(std::move(value)));

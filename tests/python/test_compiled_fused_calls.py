@@ -402,3 +402,17 @@ def test_a_kernels_warning_is_a_python_warning() -> None:
     proc = run_python(code, env={"PYTHONWARNINGS": "error"})
     assert proc.returncode == 0, describe(proc)
     assert "caught: infini: infini::rms_norm: the infini kernel takes 2-D and 3-D" in proc.stdout
+
+
+def test_an_in_place_operator_call_returns_none_as_the_overload() -> None:
+    """An operator that returns nothing (``-> ()``, fused_add_rms_norm writes
+    its inputs) gives None, as the OpOverload does, and the same writes."""
+    x, w = (t.to(DEVICE) for t in _rms_norm_args())
+    call_input, call_residual = x.clone(), (x * 2).clone()
+    want_input, want_residual = x.clone(), (x * 2).clone()
+    with torch_infini.cpu_fallback.allowed("silent"):  # where the kernel refuses the layout
+        got = _operator_call("fused_add_rms_norm")(call_input, call_residual, w, 1e-5)
+        want = torch.ops.infini.fused_add_rms_norm.default(want_input, want_residual, w, 1e-5)
+    assert got is None and want is None
+    assert_bitwise_equal(call_input, want_input.cpu())
+    assert_bitwise_equal(call_residual, want_residual.cpu())

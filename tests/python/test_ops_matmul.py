@@ -569,20 +569,25 @@ def test_property_gemm(
     assert_matches(result, expected, check_stride=True, **(ADDMM_TOL if beta else GEMM_TOL))
 
 
-@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=str)
-def test_the_provider_says_which_gemms_lose_precision(dtype: torch.dtype) -> None:
+def test_the_provider_says_which_gemms_lose_precision() -> None:
     """gemm_reduced_precision (what the tests' tolerances read) is what the
-    gemm kernel does: where it says None a product at PyTorch's default
-    precision runs natively; where it names a loss the product is refused
-    with that reason."""
-    if dtype not in kernel_dtypes("mm"):
-        pytest.skip(f"no mm kernel for {dtype} on this backend")
-    reduced = torch_infini._operators.gemm_reduced_precision(dtype)
-    a_cpu, a = pair((3, 3), dtype, seed=60)
-    with torch_infini.cpu_fallback.strict():
-        if reduced is None:
-            tol = REDUCED_TOL if dtype in (torch.float16, torch.bfloat16) else GEMM_TOL
-            assert_matches(a @ a, a_cpu @ a_cpu, **tol)
-        else:
-            with pytest.raises(NotImplementedError, match=re.escape(reduced)):
-                a @ a
+    gemm kernel does, for each dtype it has: where it says None a product at
+    PyTorch's default precision runs natively; where it names a loss the
+    product is refused with that reason."""
+    reduced_ones = [
+        d
+        for d in torch_infini.supported_dtypes("mm")
+        if torch_infini._operators.gemm_reduced_precision(d) is not None
+    ]
+    dtypes = [*kernel_dtypes("mm"), *reduced_ones]  # the refused ones are not kernel_dtypes
+    assert dtypes, "no mm kernel on this backend"
+    for dtype in dtypes:
+        reduced = torch_infini._operators.gemm_reduced_precision(dtype)
+        a_cpu, a = pair((3, 3), dtype, seed=60)
+        with torch_infini.cpu_fallback.strict():
+            if reduced is None:
+                tol = REDUCED_TOL if dtype in (torch.float16, torch.bfloat16) else GEMM_TOL
+                assert_matches(a @ a, a_cpu @ a_cpu, **tol)
+            else:
+                with pytest.raises(NotImplementedError, match=re.escape(reduced)):
+                    a @ a

@@ -19,38 +19,55 @@ constexpr DtypeMask kUIntTypes = dtypeBit(ScalarType::Byte) | dtypeBit(ScalarTyp
 constexpr DtypeMask kAllTypes = kAllFloatTypes | kIntTypes | kUIntTypes;
 // src/base/relu.h: ReluDataTypes.
 constexpr DtypeMask kReluTypes = kAllFloatTypes | kIntTypes | dtypeBit(ScalarType::Byte);
-// src/native/cuda/ops/rotary_embedding/kernel.h: float32 and the reduced
-// float types, for the query and (independently) the cos/sin cache.
-constexpr DtypeMask kRotaryTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
-// src/native/cuda/ops/fused_add_rms_norm/kernel.h: float32 and the reduced
-// float types.
-constexpr DtypeMask kFusedAddRmsNormTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
-// src/base/embedding.h: float32 and the reduced float weights (the row's
-// dtype is the weight's; indices int32 or int64).
-constexpr DtypeMask kEmbeddingTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
-// src/base/topk_softmax.h: gating_output float32 or a reduced float type.
-constexpr DtypeMask kTopkSoftmaxTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
-// src/base/reshape_and_cache_flash.h: float32 and the reduced float types
-// (PagedAttentionInfinilm, src/base/paged_attention_infinilm.h: the reduced
-// float types only).
-// src/native/cuda/ops/convolution/kernel.h: float32 and the reduced float
-// types (accumulated in float).
-constexpr DtypeMask kConvolutionTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
-constexpr DtypeMask kReshapeAndCacheTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
+// float32 and the reduced float types, the list of six InfiniOps operators:
+// RotaryEmbedding (src/native/cuda/ops/rotary_embedding/kernel.h; for the
+// query and, independently, the cos/sin cache), FusedAddRmsNorm
+// (src/native/cuda/ops/fused_add_rms_norm/kernel.h), Embedding
+// (src/base/embedding.h: the weight's dtype; indices int32 or int64),
+// TopkSoftmax (src/base/topk_softmax.h: gating_output), ReshapeAndCacheFlash
+// (src/base/reshape_and_cache_flash.h) and Convolution
+// (src/native/cuda/ops/convolution/kernel.h, accumulated in float).
+// PagedAttentionInfinilm (src/base/paged_attention_infinilm.h) takes the
+// reduced float types only.
+constexpr DtypeMask kFloat32AndReducedTypes = dtypeBit(ScalarType::Float) | kReducedFloatTypes;
 
-constexpr uint32_t on(std::initializer_list<std::string_view> names) {
+// The device types named, as a mask over device_types.h's rows; a name not
+// in the table does not compile (consteval: the throw is a compile error).
+consteval uint32_t on(std::initializer_list<std::string_view> names) {
   uint32_t mask = 0;
-  for (std::string_view name : names)
+  for (std::string_view name : names) {
+    const uint32_t before = mask;
     for (uint32_t i = 0; i < std::size(runtime::kInfiniDeviceTypeNames); ++i)
       if (runtime::kInfiniDeviceTypeNames[i] == name) mask |= 1u << i;
+    if (mask == before) throw "on(): not a device type of torch_infini/runtime/device_types.h";
+  }
   return mask;
 }
 
-// The device types InfiniOps has sources for (not InfiniRT's thead and
-// mars). A new device type is native nowhere until rows name it.
-constexpr uint32_t kAll =
-    on({"cpu", "nvidia", "cambricon", "ascend", "metax", "moore", "iluvatar", "hygon"});
-constexpr uint32_t kCudaLike = on({"nvidia", "iluvatar", "metax", "moore"});
+// The rows of device_types.h whose `infiniops` (kAll: InfiniOps has sources
+// for the type) or `cuda_like` column (kCudaLike) is true. A new device
+// type is native nowhere until its row says so.
+#define TORCH_INFINI_INFINIOPS_COLUMNS(name, enumerator, accelerator, async_memcpy, events,       \
+                                       event_timing, pinned_host, async_malloc, host_addressable, \
+                                       untimed_flag, infiniops, cuda_like)                        \
+  {infiniops, cuda_like},
+struct InfiniOpsColumns {
+  bool infiniops;
+  bool cuda_like;
+};
+inline constexpr InfiniOpsColumns kColumns[] = {
+    TORCH_INFINI_INFINIRT_DEVICE_TYPES(TORCH_INFINI_INFINIOPS_COLUMNS)};
+#undef TORCH_INFINI_INFINIOPS_COLUMNS
+
+constexpr uint32_t maskOf(bool InfiniOpsColumns::* column) {
+  uint32_t mask = 0;
+  for (uint32_t i = 0; i < std::size(kColumns); ++i)
+    if (kColumns[i].*column) mask |= 1u << i;
+  return mask;
+}
+
+constexpr uint32_t kAll = maskOf(&InfiniOpsColumns::infiniops);
+constexpr uint32_t kCudaLike = maskOf(&InfiniOpsColumns::cuda_like);
 constexpr uint32_t kCpuAndCudaLike = on({"cpu"}) | kCudaLike;
 
 }  // namespace

@@ -74,13 +74,13 @@
   X(Swiglu, swiglu, Swiglu, kAllFloatTypes, kCpuAndCudaLike, nullptr) \
   X(CausalSoftmax, causal_softmax, CausalSoftmax, kAllFloatTypes, kCpuAndCudaLike, "float") \
   X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
-  X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kRotaryTypes, kCudaLike, "float") \
-  X(FusedAddRmsNorm, fused_add_rms_norm, FusedAddRmsNorm, kFusedAddRmsNormTypes, kCudaLike | on({"cambricon"}), "float") \
-  X(Embedding, embedding, Embedding, kEmbeddingTypes, kCudaLike | on({"ascend", "cambricon"}), nullptr) \
-  X(TopkSoftmax, topk_softmax, TopkSoftmax, kTopkSoftmaxTypes, kCudaLike, "float") \
-  X(ReshapeAndCacheFlash, reshape_and_cache_flash, ReshapeAndCacheFlash, kReshapeAndCacheTypes, kCudaLike | on({"cambricon"}), nullptr) \
+  X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kFloat32AndReducedTypes, kCudaLike, "float") \
+  X(FusedAddRmsNorm, fused_add_rms_norm, FusedAddRmsNorm, kFloat32AndReducedTypes, kCudaLike | on({"cambricon"}), "float") \
+  X(Embedding, embedding, Embedding, kFloat32AndReducedTypes, kCudaLike | on({"ascend", "cambricon"}), nullptr) \
+  X(TopkSoftmax, topk_softmax, TopkSoftmax, kFloat32AndReducedTypes, kCudaLike, "float") \
+  X(ReshapeAndCacheFlash, reshape_and_cache_flash, ReshapeAndCacheFlash, kFloat32AndReducedTypes, kCudaLike | on({"cambricon"}), nullptr) \
   X(PagedAttention, paged_attention, PagedAttentionInfinilm, kReducedFloatTypes, kCudaLike, "float") \
-  X(Convolution, convolution, Convolution, kConvolutionTypes, kCudaLike, "float") \
+  X(Convolution, convolution, Convolution, kFloat32AndReducedTypes, kCudaLike, "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {}) \
   X(Foreach, foreach, none, {}, {}, {})

@@ -27,7 +27,7 @@ inline constexpr std::size_t kInfiniTypeCount = static_cast<std::size_t>(InfiniD
 
 #define TORCH_INFINI_DEVICE_TYPE_POLICY(name, enumerator, accelerator, async_memcpy, events,       \
                                         event_timing, pinned_host, async_malloc, host_addressable, \
-                                        untimed_flag)                                              \
+                                        untimed_flag, ...)                                         \
   InfiniTypePolicy{                                                                                \
       #name,                                                                                       \
       accelerator,                                                                                 \

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
@@ -26,5 +27,9 @@ void bindOperatorCalls(nb::module_& m);  // operator_call_bindings.cpp
 // is 8 bits: 256 would otherwise become device 0). An invalid index raises
 // torch.AcceleratorError, as torch.cuda's calls do.
 c10::DeviceIndex deviceArg(int64_t device);
+
+// A torch.dtype from Python as its ScalarType; TypeError for anything else
+// (compiler_bindings.cpp).
+c10::ScalarType dtypeArg(nb::handle dtype);
 
 }  // namespace torch_infini::bindings

@@ -79,17 +79,24 @@ struct BoundKernel {
   static constexpr std::array<uint32_t, 3> kOneDim{1, 1, 1};
 };
 
+}  // namespace
+
+c10::ScalarType dtypeArg(nb::handle dtype) {
+  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype, got ",
+                   nb::inst_name(dtype).c_str());
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
+namespace {
+
 // torch.empty_strided(size, stride, dtype=dtype, device="infini") without
 // Python's argument parsing or the dispatcher: what compiled graphs
 // allocate their buffers with (Inductor's empty_strided_cpu/_cuda).
 nb::object emptyStrided(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
                         nb::handle dtype) {
-  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "dtype must be a torch.dtype, got ",
-                   nb::inst_name(dtype).c_str());
-  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
   at::Tensor tensor = at::detail::empty_strided_generic(
       size, stride, torch_infini::deviceAllocator(),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), scalar_type);
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtypeArg(dtype));
   return nb::steal(THPVariable_Wrap(std::move(tensor)));
 }
 

@@ -64,14 +64,9 @@ void bindOperators(nb::module_& m) {
   // What the selected provider's gemm computes below PyTorch's precision for
   // a dtype ("computes float32 matrix products in TF32"), or None: the one
   // place that knows (the provider), read by the tests' tolerances.
-  m.def("_gemm_reduced_precision", [](const std::string& dtype) -> std::optional<std::string> {
-    for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
-      const auto type = static_cast<c10::ScalarType>(i);
-      if (dtype != c10::toString(type)) continue;
-      const char* reduced = ops::selectedKernelProvider().gemmReducedPrecision(type);
-      return reduced == nullptr ? std::nullopt : std::optional<std::string>(reduced);
-    }
-    throw nb::value_error(("unknown dtype name " + dtype).c_str());
+  m.def("_gemm_reduced_precision", [](nb::handle dtype) -> std::optional<std::string> {
+    const char* reduced = ops::selectedKernelProvider().gemmReducedPrecision(dtypeArg(dtype));
+    return reduced == nullptr ? std::nullopt : std::optional<std::string>(reduced);
   });
 
   // InfiniRT's device types, in its enum order.

@@ -104,4 +104,4 @@ def gemm_reduced_precision(dtype: torch.dtype) -> str | None:
     precision for ``dtype`` ("computes float32 matrix products in TF32" on
     NVIDIA and MetaX), or None. Such a gemm is refused at PyTorch's default
     float32 matmul precision and runs where it is "high" or "medium"."""
-    return _C._gemm_reduced_precision(c10_name(dtype))  # type: ignore[no-any-return]
+    return _C._gemm_reduced_precision(dtype)  # type: ignore[no-any-return]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command 2: build the project once from scratch (the wheel, whose
+# README command 2: check that includes only point down (tools/check_layers.py),
+# build the project once from scratch (the wheel, whose
 # build tree has the C++ tests), install it, run ctest in that tree, run the
 # reports (build/reports/), then the Python and conformance suites on the
 # host device inline, the runtime and model tests again with async streams
@@ -19,6 +20,10 @@ JOBS="${JOBS:-2}"
 step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 
 bash ci/install_deps.sh
+
+# Includes only point down (docs/layout.md, "Layers"): seconds, before the build.
+step "layers: no include runs up a layer (tools/check_layers.py)"
+"$PYTHON" tools/check_layers.py
 
 # One compiler for both builds below (scikit-build-core would pick g++ where
 # CMake picks c++), given to the builds only: Inductor's kernel compiles in

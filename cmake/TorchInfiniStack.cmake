@@ -65,27 +65,8 @@ elseif(_ti_ccl STREQUAL "REQUIRE" AND NOT TORCH_INFINI_WITH_INFINICCL)
     "(set INFINI_CCL_PREFIX or CMAKE_PREFIX_PATH)")
 endif()
 
-# The seam's rows (seam_operators.h) with an InfiniOps class: their
-# enumerators in `out_seams` and classes in `out_classes`, in row order.
-function(torch_infini_seam_rows out_seams out_classes seam_list)
-  # Read whole and matched: the rows end in backslashes, which would escape
-  # CMake's list separators.
-  file(READ "${seam_list}" _text)
-  # An edited row reconfigures (the defines and the generated list follow it).
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${seam_list}")
-  string(REGEX MATCHALL "\n  X\\([A-Za-z]+, [a-z_]+, [A-Za-z]+," _rows "${_text}")
-  set(_seams "")
-  set(_classes "")
-  foreach(_row IN LISTS _rows)
-    string(REGEX MATCH "X\\(([A-Za-z]+), [a-z_]+, ([A-Za-z]+)," _m "${_row}")
-    if(NOT CMAKE_MATCH_2 STREQUAL "none")
-      list(APPEND _seams "${CMAKE_MATCH_1}")
-      list(APPEND _classes "${CMAKE_MATCH_2}")
-    endif()
-  endforeach()
-  set(${out_seams} "${_seams}" PARENT_SCOPE)
-  set(${out_classes} "${_classes}" PARENT_SCOPE)
-endfunction()
+# torch_infini_seam_rows: the seam's rows with an InfiniOps class.
+include(TorchInfiniSeamRows)
 
 # Defines for the InfiniOps operators the installed library instantiates,
 # from the seam's operator list (native/ops/include/torch_infini/ops/

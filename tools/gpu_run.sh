@@ -164,9 +164,10 @@ build infinirt all -S "$INFINIRT" -B "$WORK/build-infinirt" -G Ninja -DCMAKE_BUI
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DWITH_NVIDIA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${CUDA_HINTS[@]}"
 cmake --install "$WORK/build-infinirt" >>"$BUILD_LOG" 2>&1
 step "InfiniRT built for NVIDIA"
-# The operators torch-infini wires through InfiniOps (native/ops/src/seam);
-# the library alone (InfiniOps' examples lag its runtime API at times).
-OPS="add;mul;gemm;relu;silu;sigmoid;gelu;softmax;rms_norm;cast;copy;fill;silu_and_mul;swiglu;causal_softmax;cat;rotary_embedding;fused_add_rms_norm;embedding;topk_softmax;reshape_and_cache_flash;paged_attention_infinilm;convolution"
+# The operators torch-infini wires through InfiniOps, read from the seam's
+# rows (seam_operators.h; cmake/infiniops_allowlist.cmake); the library
+# alone (InfiniOps' examples lag its runtime API at times).
+OPS="$(cmake -P "$REPO/cmake/infiniops_allowlist.cmake")"
 build infiniops infiniops -S "$INFINIOPS" -B "$WORK/build-infiniops" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_INSTALL_PREFIX="$PREFIX" -DINFINI_RT_ROOT="$PREFIX" -DWITH_NVIDIA=ON -DWITH_TORCH=OFF \
   -DAUTO_DETECT_DEVICES=OFF -DGENERATE_OPERATOR_CALL_INSTANTIATIONS=ON -DINFINI_OPS_OPS="$OPS" \

@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 
 #include "bindings.h"
+#include "torch_infini/ops/cpu_fallback.h"
 
 namespace nb = nanobind;
 
@@ -44,6 +45,9 @@ NB_MODULE(_C, m) {
   // loaded (they are never closed), so nothing is leaked that matters.
   nb::set_leak_warnings(false);
   nb::register_exception_translator(translateErrors);
+  // Python initializes the backend lazily (_backend.py), the fallback's
+  // routes now: every infini kernel is registered once the library loaded.
+  torch_infini::ops::registerFallbackRoutes();
   namespace bindings = torch_infini::bindings;
   bindings::bindSelection(m);
   bindings::bindFallback(m);

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "check.h"
+#include "philox/fill.h"
 #include "providers/infiniops/infiniops_provider.h"
-#include "random/fill.h"
 
 namespace torch_infini::ops {
 // The provider counts its arithmetic launches (seam/kernel_provider.cpp in

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "check.h"
-#include "random/kernels.h"
-#include "random/philox.h"
+#include "philox/kernels.h"
+#include "philox/philox.h"
 
 using namespace torch_infini::ops;
 

@@ -18,7 +18,10 @@ declarations: a dtype InfiniOps' dispatch does not take would abort there.
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +30,8 @@ import torch_infini
 from infini_testing import fallback_off
 from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu, runs_cpu_kernels
 from torch_infini._operators import declarations
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Dtypes probed for a refusal, in this order: InfiniOps' dtypes, then two it lacks.
 CANDIDATES = (
@@ -229,3 +234,40 @@ def test_one_undeclared_pair_is_refused(op: str) -> None:
     with expect_kernel(aten, undeclared[0]) as ran_natively:
         call(undeclared[0], DEVICE)
     assert not ran_natively
+
+
+def _infiniops_allowlist(seam_list: Path | None = None) -> list[str]:
+    command = ["cmake", *([f"-DSEAM_LIST={seam_list}"] if seam_list else [])]
+    command += ["-P", str(ROOT / "cmake" / "infiniops_allowlist.cmake")]
+    return (
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        .stdout.strip()
+        .split(";")
+    )
+
+
+def test_the_gpu_run_builds_infiniops_with_the_operators_of_the_seam_rows(tmp_path: Path) -> None:
+    """tools/gpu_run.sh builds InfiniOps for the operators the seam wires,
+    read from seam_operators.h's rows (cmake/infiniops_allowlist.cmake),
+    not from a list of its own: every InfiniOps class the compiled rows
+    declare, in InfiniOps' snake case, once."""
+    allowlist = _infiniops_allowlist()
+    snake = {re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", d.infiniops).lower() for d in declarations()}
+    assert sorted(allowlist) == sorted(snake)
+    assert "paged_attention_infinilm" in allowlist and "rms_norm" in allowlist
+    script = (ROOT / "tools" / "gpu_run.sh").read_text()
+    assert 'OPS="$(cmake -P "$REPO/cmake/infiniops_allowlist.cmake")"' in script
+    assert "rms_norm;" not in script  # no list of its own
+    # A new row is in the allowlist the next run builds.
+    seam_list = ROOT / "native" / "ops" / "include" / "torch_infini" / "ops" / "seam_operators.h"
+    text = seam_list.read_text()
+    row = "  X(Copy, copy, Copy,"
+    assert row in text
+    edited = tmp_path / "seam_operators.h"
+    edited.write_text(
+        text.replace(
+            row,
+            "  X(AddRmsNorm, add_rms_norm, AddRmsNorm, kAllTypes, kCudaLike, nullptr) \\\n" + row,
+        )
+    )
+    assert sorted(_infiniops_allowlist(edited)) == sorted([*allowlist, "add_rms_norm"])

@@ -12,8 +12,8 @@
 
 #include <vector>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
 #include "fallback/refusal.h"
 
 namespace torch_infini::ops {

@@ -15,29 +15,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
 #include "torch_infini/runtime/allocator.h"
 
 namespace torch_infini::ops {
-
-void resizeForCopyFrom(const at::Tensor& dst, const at::Tensor& src) {
-  // A destination resized here takes the source's layout, as the CPU kernel
-  // gave its own out= (a column-major lstsq solution stays column-major).
-  // A source that is not dense (lstsq's solution is the top rows of a
-  // column-major buffer) is mirrored with a storage as large as its own.
-  if (dst.sizes().equals(src.sizes())) return;
-  if (src.is_non_overlapping_and_dense()) {
-    dst.resize_(src.sizes());
-    if (!dst.strides().equals(src.strides())) dst.as_strided_(src.sizes(), src.strides());
-    return;
-  }
-  int64_t extent = src.storage_offset() + 1;
-  for (int64_t d = 0; d < src.dim(); ++d) extent += (src.size(d) - 1) * src.stride(d);
-  const int64_t whole = static_cast<int64_t>(src.storage().nbytes()) / src.element_size();
-  dst.resize_({src.numel() == 0 ? 0 : std::max(extent, whole)});
-  dst.as_strided_(src.sizes(), src.strides(), src.storage_offset());
-}
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include <functional>
 #include <optional>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
 #include "fallback/refusal.h"
 #include "torch_infini/ops/unary_operators.h"
 

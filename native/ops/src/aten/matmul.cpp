@@ -10,8 +10,8 @@
 #include <c10/util/MaybeOwned.h>
 #include <torch/library.h>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
 #include "fallback/refusal.h"
 
 namespace torch_infini::ops {

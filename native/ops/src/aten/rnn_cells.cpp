@@ -14,10 +14,10 @@
 #include <optional>
 #include <tuple>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
-#include "fused/common.h"
-#include "random/dtypes.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
+#include "common/fused_helpers.h"
+#include "common/random_dtypes.h"
 
 namespace torch_infini::ops {
 namespace {

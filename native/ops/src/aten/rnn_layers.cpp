@@ -27,9 +27,9 @@
 #include <tuple>
 #include <vector>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
-#include "random/dtypes.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
+#include "common/random_dtypes.h"
 #include "torch_infini/runtime/backend_selection.h"
 
 namespace torch_infini::ops {

@@ -14,8 +14,8 @@
 #include <c10/util/strides.h>
 #include <torch/library.h>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
 #include "torch_infini/runtime/allocator.h"
 
 namespace torch_infini::ops {

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "aten/bridge.h"
-#include "aten/dims.h"
+#include "common/bridge.h"
+#include "common/dims.h"
 #include "fallback/arguments.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/cpu_allocation_redirect.h"

@@ -12,7 +12,7 @@
 // operator, dtype and backend.
 #include "torch_infini/ops/cpu_fallback.h"
 
-#include "aten/bridge_registrar.h"
+#include "common/bridge_registrar.h"
 #include "fallback/aliased_memory.h"
 #include "fallback/arguments.h"
 #include "fallback/refusal.h"
@@ -648,9 +648,9 @@ size_t typedTensorArguments(const c10::FunctionSchema& schema) {
 }
 
 const std::vector<std::string>& routedOperators() {
-  // Computed while this library loads: ATen's registrations (libtorch_cpu)
-  // are complete by then, and so are infini's own (the operator table: this
-  // source is linked after every other of torch_infini_ops).
+  // Computed after this library loaded (registerFallbackRoutes or a
+  // query): ATen's registrations (libtorch_cpu) are complete by then, and so
+  // are infini's own (the operator table).
   static const std::vector<std::string> names = [] {
     std::vector<std::string> found(std::begin(kConvolutions), std::end(kConvolutions));
     for (const char* name : kResizingOutLosses)
@@ -677,7 +677,13 @@ void foreachFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+namespace {
+
+// The routes, registered once. They read the operator table: every infini
+// kernel registered by then, which a static initializer here could not rely
+// on (it would run in link order), so the library's users call this after
+// loading: torch_infini::init() and the Python module's import.
+void registerRoutes(torch::Library& m) {
   for (const std::string& name : routedOperators()) {
     // Convolutions and a few more register their own wrapper
     // (fallback/convolution.cpp, fallback/layouts.cpp).
@@ -713,6 +719,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                torch::CppFunction::makeFromBoxedFunction<&structuredFormFallback>());
     }
   }
+}
+
+}  // namespace
+
+void registerFallbackRoutes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Kept for the process: a Library's registrations end with it.
+    static torch::Library library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                  __FILE__, __LINE__);
+    registerRoutes(library);
+  });
 }
 
 std::vector<std::string> fallbackRoutedOperators() {

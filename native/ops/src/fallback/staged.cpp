@@ -24,7 +24,7 @@
 #include <cstring>
 #include <utility>
 
-#include "aten/bridge.h"
+#include "common/bridge.h"
 #include "fallback/arguments.h"
 
 namespace torch_infini::ops {

@@ -23,7 +23,7 @@
 #include <limits>
 #include <tuple>
 
-#include "aten/bridge.h"
+#include "common/bridge.h"
 #include "fused/registration.h"
 
 namespace torch_infini::ops {

@@ -35,8 +35,8 @@
 
 #include <optional>
 
-#include "aten/bridge.h"
-#include "fused/common.h"
+#include "common/bridge.h"
+#include "common/fused_helpers.h"
 #include "fused/registration.h"
 
 namespace torch_infini::ops {

@@ -29,7 +29,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "aten/bridge_registrar.h"
+#include "common/bridge_registrar.h"
 #include "fallback/refusal.h"
 
 namespace torch_infini::ops {

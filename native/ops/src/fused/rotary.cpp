@@ -23,8 +23,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include "aten/bridge.h"
-#include "fused/common.h"
+#include "common/bridge.h"
+#include "common/fused_helpers.h"
 #include "fused/registration.h"
 
 namespace torch_infini::ops {

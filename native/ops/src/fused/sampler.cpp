@@ -21,9 +21,9 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "aten/bridge.h"
+#include "common/bridge.h"
+#include "common/random_dtypes.h"
 #include "fused/registration.h"
-#include "random/dtypes.h"
 
 namespace torch_infini::ops {
 namespace {

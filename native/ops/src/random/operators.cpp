@@ -7,7 +7,7 @@
 // the infini generator under its mutex, at the call, and land the draw:
 // - through the kernel seam's Random operator where the provider has a
 //   generator (host: in stream order, in place);
-// - else generated on the host (random/fill.h) from that state: in place
+// - else generated on the host (philox/fill.h) from that state: in place
 //   after the stream's pending work on host-addressable devices, otherwise
 //   into pinned memory copied to the device on the current stream.
 // randperm and multinomial run on the host from the same state (multinomial
@@ -22,11 +22,11 @@
 #include <mutex>
 #include <numeric>
 
-#include "aten/bridge.h"
-#include "aten/bridge_registrar.h"
-#include "random/dtypes.h"
-#include "random/fill.h"
-#include "random/philox.h"
+#include "common/bridge.h"
+#include "common/bridge_registrar.h"
+#include "common/random_dtypes.h"
+#include "philox/fill.h"
+#include "philox/philox.h"
 #include "torch_infini/runtime/generator.h"
 
 namespace torch_infini::ops {

@@ -1,17 +1,15 @@
-// Chooses the kernel provider for the selected backend (host or InfiniOps)
-// behind the kernel seam (torch_infini/ops/kernel_provider.h).
+// Chooses the kernel provider for the selected backend behind the kernel
+// seam (torch_infini/ops/kernel_provider.h): the first registered provider
+// (seam/provider_registry.h) that serves the selected runtime.
 #include "torch_infini/ops/kernel_provider.h"
 
 #include <c10/util/Exception.h>
 
 #include <atomic>
 #include <memory>
-#include <mutex>
+#include <string>
 
-#include "providers/host/host_provider.h"
-#if TORCH_INFINI_WITH_INFINIOPS
-#include "providers/infiniops/infiniops_provider.h"
-#endif
+#include "seam/provider_registry.h"
 #include "torch_infini/runtime/backend_selection.h"
 
 namespace torch_infini::ops {
@@ -27,13 +25,14 @@ void countNonCpuKernelLaunch() { foreign_launches.fetch_add(1, std::memory_order
 KernelProvider& selectedKernelProvider() {
   static KernelProvider* provider = [] {
     runtime::DeviceRuntime& rt = runtime::selectedRuntime();
-    if (dynamic_cast<runtime::HostRuntime*>(&rt) != nullptr) return makeHostKernels().release();
-#if TORCH_INFINI_WITH_INFINIOPS
-    if (auto* infinirt = dynamic_cast<runtime::InfiniRtRuntime*>(&rt))
-      return makeInfiniOpsKernels(*infinirt).release();
-#endif
+    std::string tried;
+    for (const KernelProviderEntry& entry : registeredKernelProviders()) {
+      if (std::unique_ptr<KernelProvider> made = entry.make(rt)) return made.release();
+      tried += tried.empty() ? entry.name : std::string(", ") + entry.name;
+    }
     TORCH_CHECK(false, "infini: no kernel provider for backend '", rt.name(),
-                "' in this build (InfiniOps was not found at build time)");
+                "' in this build (registered: ", tried.empty() ? "none" : tried,
+                "; InfiniOps serves InfiniRT backends where it was found at build time)");
   }();
   return *provider;
 }

@@ -39,6 +39,11 @@ std::vector<std::string> fallbackDenied();
 // (PyTorch would otherwise decompose them: fallback/cpu_fallback.cpp); they are not
 // infini kernels and torch_infini.operators() does not list them.
 std::vector<std::string> fallbackRoutedOperators();
+// Registers those routes (once; later calls return at once). They depend
+// on every infini kernel being registered, so they are registered after
+// the library has loaded, by torch_infini::init() and the Python module's
+// import, never by a static initializer (whose order is the link order).
+void registerFallbackRoutes();
 
 // Stage every fallback call through pinned copies, as on devices whose
 // memory is not host memory, even where it is: for tests of that path.

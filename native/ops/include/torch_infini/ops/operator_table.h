@@ -1,6 +1,6 @@
 // Which operators the bridge registers for infini, and which seam operator
 // (hence which provider-declared dtypes) serves each. Registering a kernel
-// adds its entry (src/aten/bridge_registrar.h); reports and conformance
+// adds its entry (src/common/bridge_registrar.h); reports and conformance
 // tests read the table, and a test checks it against the dispatcher.
 #pragma once
 

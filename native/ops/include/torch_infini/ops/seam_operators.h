@@ -27,7 +27,7 @@
 //   Gelu            out = gelu(x), exact (erf) or tanh-approximated
 //   RmsNorm         out = x / sqrt(mean(x^2, -1) + eps) * weight
 //   Softmax         out = softmax(x) over one dimension (aten::_softmax)
-//   Random          a draw from the device generator's Philox stream (random/fill.h)
+//   Random          a draw from the device generator's Philox stream (philox/fill.h)
 //   SiluAndMul      out = silu(x[..., :h]) * x[..., h:] (torch.ops.infini.silu_and_mul)
 //   Swiglu          out = input * silu(gate) (torch.ops.infini.swiglu)
 //   CausalSoftmax   softmax over the causal prefix of each row (torch.ops.infini)

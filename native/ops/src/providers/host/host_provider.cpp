@@ -23,10 +23,11 @@
 #include <tuple>
 #include <utility>
 
-#include "fused/references.h"
+#include "common/random_dtypes.h"
+#include "philox/fill.h"
 #include "providers/host/fused_loops.h"
-#include "random/dtypes.h"
-#include "random/fill.h"
+#include "providers/host/fused_references.h"
+#include "seam/provider_registry.h"
 #include "torch_infini/ops/declared_support.h"
 #include "torch_infini/ops/unary_operators.h"
 #include "torch_infini/runtime/host_runtime.h"
@@ -763,5 +764,14 @@ class HostKernels final : public KernelProvider {
 }  // namespace
 
 std::unique_ptr<KernelProvider> makeHostKernels() { return std::make_unique<HostKernels>(); }
+
+namespace {
+// Serves the host runtime (TORCH_INFINI_BACKEND=host).
+std::unique_ptr<KernelProvider> forHostRuntime(runtime::DeviceRuntime& rt) {
+  if (dynamic_cast<runtime::HostRuntime*>(&rt) == nullptr) return nullptr;
+  return makeHostKernels();
+}
+const KernelProviderRegistrar registrar({"host", &forHostRuntime});
+}  // namespace
 
 }  // namespace torch_infini::ops

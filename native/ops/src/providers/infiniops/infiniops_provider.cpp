@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "seam/provider_registry.h"
 #include "torch_infini/ops/declared_support.h"
 #include "torch_infini/ops/unary_operators.h"
 
@@ -597,5 +598,15 @@ class InfiniOpsKernels final : public KernelProvider {
 std::unique_ptr<KernelProvider> makeInfiniOpsKernels(runtime::InfiniRtRuntime& runtime) {
   return std::make_unique<InfiniOpsKernels>(runtime);
 }
+
+namespace {
+// Serves every InfiniRT runtime provider (TORCH_INFINI_BACKEND=cpu, nvidia, ...).
+std::unique_ptr<KernelProvider> forInfiniRtRuntime(runtime::DeviceRuntime& rt) {
+  auto* infinirt = dynamic_cast<runtime::InfiniRtRuntime*>(&rt);
+  if (infinirt == nullptr) return nullptr;
+  return makeInfiniOpsKernels(*infinirt);
+}
+const KernelProviderRegistrar registrar({"infiniops", &forInfiniRtRuntime});
+}  // namespace
 
 }  // namespace torch_infini::ops

@@ -15,6 +15,10 @@ namespace torch_infini::runtime {
 // Requests a backend ("auto", "host", or an InfiniRT type such as "cpu").
 // Throws c10::Error if the runtime is already initialized with another one.
 void selectBackend(const std::string& name);
+// Selects `backend` ("" keeps the request) and initializes it, names the
+// device `infini` and, where device memory is host memory, redirects the CPU
+// allocator: the runtime's part of torch_infini::init().
+void initialize(const std::string& backend);
 
 // The provider, initialized on first call. Throws if the requested backend
 // cannot be served (unknown name, not compiled in, no device).

@@ -1,6 +1,6 @@
 // Random fills from an infini generator's state by the numbering rule that
 // makes results independent of threads, streams and splits (fill.h).
-#include "random/fill.h"
+#include "philox/fill.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Dispatch_v2.h>
@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "random/kernels.h"
+#include "philox/kernels.h"
 
 namespace torch_infini::ops {
 namespace {

@@ -23,8 +23,8 @@ namespace torch_infini::ops {
 void recordOperator(OperatorEntry entry);
 
 // The table, from now on complete: a later recordOperator() is an internal
-// error. The CPU fallback reads it so while the library loads, after every
-// registration (its source is linked last).
+// error. The CPU fallback reads it so after the library has loaded
+// (registerFallbackRoutes, torch_infini/ops/cpu_fallback.h).
 const std::vector<OperatorEntry>& sealedOperatorTable();
 
 class BridgeRegistrar {

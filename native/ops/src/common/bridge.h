@@ -1,4 +1,6 @@
-// Helpers shared by the ATen bridge translation units.
+// Helpers shared by the sources that register operators for infini (aten/,
+// fused/, random/, amp/) and the CPU fallback: the seam's tensor views,
+// streams, the device's allocations.
 #pragma once
 
 #include <ATen/EmptyTensor.h>
@@ -11,7 +13,7 @@
 
 #include <algorithm>
 
-#include "aten/dims.h"
+#include "common/dims.h"
 #include "torch_infini/ops/kernel_provider.h"
 #include "torch_infini/runtime/allocator.h"
 #include "torch_infini/runtime/backend_selection.h"
@@ -134,8 +136,24 @@ inline at::Tensor emptyOnDevice(const at::Tensor& like, c10::IntArrayRef sizes) 
 
 // Gives out= tensor `dst` the geometry of `src` (a CPU kernel's result) as
 // _copy_from_and_resize does before it copies: nothing when the sizes agree,
-// else src's sizes and strides (aten/copy.cpp).
-void resizeForCopyFrom(const at::Tensor& dst, const at::Tensor& src);
+// else src's sizes and strides (aten/copy.cpp, fallback/staged.cpp).
+inline void resizeForCopyFrom(const at::Tensor& dst, const at::Tensor& src) {
+  // A destination resized here takes the source's layout, as the CPU kernel
+  // gave its own out= (a column-major lstsq solution stays column-major).
+  // A source that is not dense (lstsq's solution is the top rows of a
+  // column-major buffer) is mirrored with a storage as large as its own.
+  if (dst.sizes().equals(src.sizes())) return;
+  if (src.is_non_overlapping_and_dense()) {
+    dst.resize_(src.sizes());
+    if (!dst.strides().equals(src.strides())) dst.as_strided_(src.sizes(), src.strides());
+    return;
+  }
+  int64_t extent = src.storage_offset() + 1;
+  for (int64_t d = 0; d < src.dim(); ++d) extent += (src.size(d) - 1) * src.stride(d);
+  const int64_t whole = static_cast<int64_t>(src.storage().nbytes()) / src.element_size();
+  dst.resize_({src.numel() == 0 ? 0 : std::max(extent, whole)});
+  dst.as_strided_(src.sizes(), src.strides(), src.storage_offset());
+}
 
 // PyTorch's own wording for tensors on different devices.
 inline void checkSameDevice(const at::Tensor& a, const at::Tensor& b) {

@@ -4,7 +4,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "aten/bridge_registrar.h"
+#include "common/bridge_registrar.h"
 
 namespace torch_infini::ops {
 namespace {
@@ -19,12 +19,11 @@ bool sealed = false;
 }  // namespace
 
 void recordOperator(OperatorEntry entry) {
-  // Registrations run while the library loads, on one thread, in the order
-  // of torch_infini_ops' sources; the CPU fallback (last) seals the table.
+  // Registrations run while the library loads, on one thread; the CPU
+  // fallback seals the table when its routes are registered, afterwards.
   TORCH_INTERNAL_ASSERT(!sealed, "infini: '", entry.name,
                         "' was registered after the CPU fallback read the operator table: "
-                        "src/fallback/cpu_fallback.cpp must stay the last source of "
-                        "torch_infini_ops (native/ops/CMakeLists.txt)");
+                        "infini kernels are registered by static initializers only");
   table().push_back(std::move(entry));
 }
 

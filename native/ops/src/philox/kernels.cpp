@@ -1,11 +1,11 @@
 // The vectorized Philox loops of host random number generation, kept apart
 // to be built with -O3 and cloned per instruction set (kernels.h).
-#include "random/kernels.h"
+#include "philox/kernels.h"
 
 #include <cmath>
 #include <cstring>
 
-#include "random/philox.h"
+#include "philox/philox.h"
 
 // One copy of each loop per instruction set, the best picked when the
 // library loads (GCC and Clang on x86-64 Linux); plain code elsewhere. Not

@@ -1,6 +1,6 @@
-// The fused operators' CPU references written into a given result
-// (fused/activations.cpp): the CPU kernels allocate it, the host provider
-// passes the device tensor's own memory.
+// The fused activations' CPU references written into a given result
+// (fused_references.cpp): the operators' CPU kernels (fused/activations.cpp)
+// allocate it, the host provider passes the device tensor's own memory.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,7 +1,11 @@
 """Every change torch_infini makes to PyTorch's own code, in one place.
 
 Each function replaces or wraps something of PyTorch's where PyTorch offers
-no hook for an out-of-tree device; its docstring says why.
+no hook for an out-of-tree device; its docstring says why. ``PATCHES`` lists
+them all, each with the PyTorch releases it was checked on and the
+extension point whose absence it fills; tests/python/test_patches.py fails
+when one stops applying, when one is made unlisted, and on a PyTorch
+release not checked yet.
 
 - :func:`apply` makes the changes to eager PyTorch, torch.distributed and
   torch.compile's entry; torch_infini/__init__.py calls it once, at import.
@@ -33,10 +37,116 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to PyTorch's code, listed here with what would remove it."""
+
+    target: str  # what of PyTorch's is replaced ("torch._tensor_str._tensor_str")
+    by: str  # the function here that makes the change
+    checked: tuple[str, ...]  # the PyTorch releases (major.minor) the suite passed on with it
+    upstream: str  # the extension point PyTorch lacks; with it the patch goes
+
+
+# Every patch, in the order they are made. tests/python/test_patches.py
+# fails when one stops applying (its target moved, renamed or no longer
+# ours) and when a patch is made that is not listed here.
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "torch._tensor_str._tensor_str",
+        "_print_infini_tensors_on_the_cpu",
+        ("2.13",),
+        "a per-device choice in torch._tensor_str to format on the CPU (today a fixed "
+        "list: xla, lazy, ipu, mtia). Formatting through the CPU fallback instead "
+        "would stage ~10 operators per print, each warning under the default policy",
+    ),
+    Patch(
+        "torch.distributed.distributed_c10d.init_process_group",
+        "_default_process_group_backend_on_infini",
+        ("2.13",),
+        "a default backend per device type for init_process_group() without a backend: "
+        "Backend.register_backend(devices=['infini']) makes infini the accelerator's "
+        "backend, but BackendConfig('undefined') then creates no CPU backend, which "
+        "DDP's CPU collectives need (distributed_c10d.BackendConfig, 2.13)",
+    ),
+    Patch(
+        "torch._TorchCompileInductorWrapper.__call__",
+        "_compile_fallback_for_inductor",
+        ("2.13",),
+        "a hook between torch.compile and its default backend (the cache directories "
+        "checked before Inductor reads them; aot_eager where Inductor cannot serve infini)",
+    ),
+    Patch(
+        "torch.autograd._engine_run_backward",
+        "_backward_on_the_calling_thread",
+        ("2.13",),
+        "a per-device choice of the autograd engine's device threads (c10's "
+        "DeviceGuardImpl could say a device's kernels run on the calling thread)",
+    ),
+    Patch(
+        "torch._inductor.utils.get_current_backend",
+        "apply_to_inductor",
+        ("2.13",),
+        "the code generation backend of an out-of-tree device, asked of the device "
+        "(register_backend_for_device records a scheduling, not the backend's name)",
+    ),
+    Patch(
+        "torch._inductor.scheduler.BaseSchedulerNode.is_cpu",
+        "apply_to_inductor",
+        ("2.13",),
+        "whether a device's kernels are C++ loops, asked of the device "
+        "(the scheduler tests device.type == 'cpu')",
+    ),
+    Patch(
+        "torch._inductor.ir.is_cpu",
+        "apply_to_inductor",
+        ("2.13",),
+        "the same question for the IR's reuse thresholds (ir.is_cpu tests the name)",
+    ),
+    Patch(
+        "torch._inductor.lowering.use_two_step_variance",
+        "_two_step_variance_as_on_the_cpu",
+        ("2.13",),
+        "a per-device variance algorithm threshold (config.cpp's applies to 'cpu' only)",
+    ),
+)
+
+# The attribute each replacement carries: the Patch.target it replaces.
+MARK = "_torch_infini_patch"
+
+
+def _mark(function: Any, target: str) -> Any:
+    setattr(function, MARK, target)
+    return function
+
+
+def resolve(target: str) -> Any:
+    """What ``target`` names now (its module imported), or None."""
+    import importlib
+
+    parts = target.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            found = getattr(found, name, None)
+            if found is None:
+                return None
+        return found
+    return None
+
+
+def applied(patch: Patch) -> bool:
+    """Whether ``patch``'s target is this module's replacement now."""
+    return getattr(resolve(patch.target), MARK, None) == patch.target
 
 
 def apply() -> None:
@@ -93,7 +203,9 @@ def _backward_on_the_calling_thread() -> None:
         finally:
             torch._C._set_multithreading_enabled(True)
 
-    autograd._engine_run_backward = _engine_run_backward
+    autograd._engine_run_backward = _mark(
+        _engine_run_backward, "torch.autograd._engine_run_backward"
+    )
 
 
 def _print_infini_tensors_on_the_cpu() -> None:
@@ -109,7 +221,7 @@ def _print_infini_tensors_on_the_cpu() -> None:
     import torch._tensor_str as tensor_str
 
     original = tensor_str._tensor_str
-    if getattr(original, "_torch_infini", False):
+    if getattr(original, MARK, None):
         return
 
     @functools.wraps(original)
@@ -118,8 +230,7 @@ def _print_infini_tensors_on_the_cpu() -> None:
             self = self.cpu()
         return original(self, indent, *args, **kwargs)
 
-    _tensor_str._torch_infini = True  # type: ignore[attr-defined]
-    tensor_str._tensor_str = _tensor_str
+    tensor_str._tensor_str = _mark(_tensor_str, "torch._tensor_str._tensor_str")
 
 
 def _default_process_group_backend_on_infini() -> None:
@@ -141,7 +252,7 @@ def _default_process_group_backend_on_infini() -> None:
 
     c10d = dist.distributed_c10d
     original = c10d.init_process_group
-    if getattr(original, "_torch_infini_default_backend", False):
+    if getattr(original, MARK, None):
         return
     signature = inspect.signature(original)
 
@@ -156,7 +267,7 @@ def _default_process_group_backend_on_infini() -> None:
             bound.arguments["backend"] = DEFAULT_BACKEND
         return original(*bound.args, **bound.kwargs)
 
-    init_process_group._torch_infini_default_backend = True  # type: ignore[attr-defined]
+    _mark(init_process_group, "torch.distributed.distributed_c10d.init_process_group")
     for name, module in list(sys.modules.items()):
         if (name == "torch.distributed" or name.startswith("torch.distributed.")) and getattr(
             module, "init_process_group", None
@@ -177,7 +288,7 @@ def _compile_fallback_for_inductor() -> None:
     """
     wrapper = torch._TorchCompileInductorWrapper
     original = wrapper.__call__
-    if getattr(original, "_torch_infini_fallback", False):
+    if getattr(original, MARK, None):
         return
 
     def __call__(self: Any, model_: Any, inputs_: Any, **kwargs: Any) -> Any:
@@ -195,8 +306,7 @@ def _compile_fallback_for_inductor() -> None:
             from . import _inductor  # noqa: F401
         return original(self, model_, inputs_, **kwargs)
 
-    __call__._torch_infini_fallback = True  # type: ignore[attr-defined]
-    wrapper.__call__ = __call__  # type: ignore[method-assign]
+    wrapper.__call__ = _mark(__call__, "torch._TorchCompileInductorWrapper.__call__")  # type: ignore[method-assign]
 
 
 def apply_to_inductor() -> None:
@@ -237,6 +347,7 @@ def apply_to_inductor() -> None:
             return "triton" if _compiler.source_language() == "triton" else "cpp"
         return original_backend(device_type)
 
+    _mark(get_current_backend, "torch._inductor.utils.get_current_backend")
     for module in (_utils, _common, _scheduler):
         if getattr(module, "get_current_backend", None) is original_backend:
             module.get_current_backend = get_current_backend  # type: ignore[attr-defined]
@@ -256,7 +367,9 @@ def apply_to_inductor() -> None:
             device.type == "infini" and _compiler.source_language() == "c++"
         )
 
-    _scheduler.BaseSchedulerNode.is_cpu = is_cpu  # type: ignore[method-assign]
+    _scheduler.BaseSchedulerNode.is_cpu = _mark(  # type: ignore[method-assign]
+        is_cpu, "torch._inductor.scheduler.BaseSchedulerNode.is_cpu"
+    )
 
     original_ir_is_cpu = _ir.is_cpu
 
@@ -265,8 +378,7 @@ def apply_to_inductor() -> None:
             return True
         return _ir.get_device_type(x) == "infini" and _compiler.source_language() == "c++"
 
-    ir_is_cpu._torch_infini_original = original_ir_is_cpu  # type: ignore[attr-defined]
-    _ir.is_cpu = ir_is_cpu
+    _ir.is_cpu = _mark(ir_is_cpu, "torch._inductor.ir.is_cpu")
     _two_step_variance_as_on_the_cpu(_compiler.source_language)
 
 
@@ -304,5 +416,6 @@ def _two_step_variance_as_on_the_cpu(source_language: Any) -> None:
             and sympy_product(reduction["ranges"]) != 1
         )
 
-    use_two_step_variance._torch_infini_original = original  # type: ignore[attr-defined]
-    _lowering.use_two_step_variance = use_two_step_variance
+    _lowering.use_two_step_variance = _mark(
+        use_two_step_variance, "torch._inductor.lowering.use_two_step_variance"
+    )

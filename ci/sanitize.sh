@@ -68,7 +68,8 @@ if [ "$MODE" = "--thread" ]; then
   OMP_NUM_THREADS=1 TORCH_INFINI_SOAK_SECONDS="${TORCH_INFINI_SOAK_SECONDS:-20}" \
     LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" PYTHONPATH="$(pwd)/${BUILD_DIR}/python" \
     "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider tests/python/test_soak.py \
-    tests/python/test_streams_events.py tests/python/test_memory.py tests/python/test_copy.py \
+    tests/python/test_streams_events.py tests/python/test_memory.py tests/python/test_record_stream.py \
+    tests/python/test_pinned_memory.py tests/python/test_copy.py \
     tests/python/test_threads.py
   exit 0
 fi
@@ -126,6 +127,7 @@ TORCH_INFINI_HOST_MEMORY=discrete run_instrumented tests/python/test_untrusted_i
   tests/python/test_discrete_memory.py
 [ "$MODE" = "--ctest" ] && exit 0
 RUNTIME_TESTS=(tests/python/test_device.py tests/python/test_memory.py
+  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
   tests/python/test_memory_history.py tests/python/test_streams_events.py tests/python/test_copy.py
   tests/python/test_tensors.py tests/python/test_cpu_fallback.py
   tests/python/test_cpu_fallback_staged.py tests/python/test_threads.py

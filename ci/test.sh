@@ -99,6 +99,7 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
 # generated kernels launch on the stream the same way there, against the
 # kernel view); here only their marked tests.
 ASYNC_TESTS=(tests/python/test_device.py tests/python/test_memory.py
+  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
   tests/python/test_memory_history.py tests/python/test_streams_events.py
   tests/python/test_host_stream_queue.py tests/python/test_copy.py tests/python/test_tensors.py
   tests/python/test_set_storage.py tests/python/test_tied_parameters.py

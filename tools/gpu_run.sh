@@ -228,6 +228,7 @@ TESTS=(
   tests/python/test_ops_elementwise.py tests/python/test_ops_matmul.py tests/python/test_ops_activation.py
   tests/python/test_ops_norm.py tests/python/test_ops_cat.py tests/python/test_ops_fill.py
   tests/python/test_copy.py tests/python/test_streams_events.py tests/python/test_memory.py
+  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
   tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
   tests/python/test_fused_ops.py tests/python/test_fused_rms_norm_rotary.py
   tests/python/test_ops_softmax.py tests/python/test_ops_embedding.py tests/python/test_ops_convolution.py

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import pkgutil
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -128,20 +129,10 @@ def _mark(function: Any, target: str) -> Any:
 
 def resolve(target: str) -> Any:
     """What ``target`` names now (its module imported), or None."""
-    import importlib
-
-    parts = target.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            found: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for name in parts[split:]:
-            found = getattr(found, name, None)
-            if found is None:
-                return None
-        return found
-    return None
+    try:
+        return pkgutil.resolve_name(target)
+    except (ImportError, AttributeError, ValueError):
+        return None
 
 
 def applied(patch: Patch) -> bool:

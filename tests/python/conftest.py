@@ -83,6 +83,17 @@ def only_new_garbage_collected() -> Iterator[None]:
         gc.unfreeze()
 
 
+@pytest.fixture
+def cached_blocks_released() -> Iterator[None]:
+    """For a file whose tests measure the caching allocator
+    (``pytestmark = pytest.mark.usefixtures("cached_blocks_released")``):
+    what a test cached goes back to the device afterwards, so the next one
+    starts from the same baseline."""
+    yield
+    gc.collect()
+    torch.infini.empty_cache()
+
+
 # Where a run's time goes, per file (CI's time limit; a cold run's compiles
 # show up here): the seconds of each file's tests, setup and teardown
 # included, summed over workers.

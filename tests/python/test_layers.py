@@ -4,28 +4,13 @@ caught, named by file, line and layers."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
+import check_layers  # tools/, on sys.path (conftest.py)
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _checker():
-    spec = importlib.util.spec_from_file_location(
-        "check_layers", ROOT / "tools" / "check_layers.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-check_layers = _checker()
 
 
 @pytest.fixture

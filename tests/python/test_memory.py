@@ -22,10 +22,8 @@ left. Values always use the CPU as the oracle.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,16 +55,8 @@ from memory_rules import (
 )
 from torch_infini import _build_info
 
-# The fixture below collects garbage after each test.
-pytestmark = pytest.mark.usefixtures("only_new_garbage_collected")
-
-
-@pytest.fixture(autouse=True)
-def _release_cached_blocks() -> Iterator[None]:
-    """What a test here cached goes back to the device afterwards."""
-    yield
-    gc.collect()
-    torch.infini.empty_cache()
+# Garbage collected and the device cache emptied after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("only_new_garbage_collected", "cached_blocks_released")
 
 
 # ---------------------------------------------------------------- key names

@@ -5,7 +5,6 @@ pinned block waits for the copies that read or write it."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +19,8 @@ from memory_rules import (
     queue_busy_work,
 )
 
-# The fixture below collects garbage after each test.
-pytestmark = pytest.mark.usefixtures("only_new_garbage_collected")
-
-
-@pytest.fixture(autouse=True)
-def _release_cached_blocks() -> Iterator[None]:
-    """What a test here cached goes back to the device afterwards."""
-    yield
-    gc.collect()
-    torch.infini.empty_cache()
+# Garbage collected and the device cache emptied after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("only_new_garbage_collected", "cached_blocks_released")
 
 
 # ---------------------------------------------------------------- pinned memory

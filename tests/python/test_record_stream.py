@@ -4,9 +4,6 @@ free has run; without it, the block is reused at once."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-
 import pytest
 import torch
 from infini_testing import (
@@ -25,16 +22,8 @@ from memory_rules import (
 )
 from torch_infini import _C
 
-# The fixture below collects garbage after each test.
-pytestmark = pytest.mark.usefixtures("only_new_garbage_collected")
-
-
-@pytest.fixture(autouse=True)
-def _release_cached_blocks() -> Iterator[None]:
-    """What a test here cached goes back to the device afterwards."""
-    yield
-    gc.collect()
-    torch.infini.empty_cache()
+# Garbage collected and the device cache emptied after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("only_new_garbage_collected", "cached_blocks_released")
 
 
 # ---------------------------------------------------------------- record_stream

@@ -13,11 +13,8 @@
 //   causal_softmax: input [..., s, t], s <= t: softmax of row i over columns
 //       j <= t - s + i, 0 elsewhere
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
-
-#include <algorithm>
 
 #include "common/bridge.h"
 #include "common/fused_helpers.h"

@@ -94,21 +94,16 @@ class KernelProvider {
   // bridge then refuses it (float32 unless torch.set_float32_matmul_precision
   // allows TF32), so nothing is computed less precisely than asked.
   virtual const char* gemmReducedPrecision(c10::ScalarType /*dtype*/) const { return nullptr; }
+  // The operators declared by an entry of TORCH_INFINI_SEAM_KERNELS
+  // (seam_operators.h, which says what each computes): gelu, softmax, ...
+#define TORCH_INFINI_SEAM_VIRTUAL(enumerator, method, launch, parameters, ...) \
+  virtual void method(TORCH_INFINI_UNPAREN parameters, runtime::StreamHandle stream) = 0;
+  TORCH_INFINI_SEAM_KERNELS(TORCH_INFINI_SEAM_VIRTUAL)
+#undef TORCH_INFINI_SEAM_VIRTUAL
   // out = f(x) for a unary seam operator `op` (isUnary(op), unary_operators.h);
   // out and x of one shape, any strides.
   virtual void unary(SeamOp op, const TensorRef& out, const TensorRef& x,
                      runtime::StreamHandle stream) = 0;
-  // out = gelu(x), exact (erf) or, with `tanh`, PyTorch's tanh
-  // approximation; out and x of one shape, any strides.
-  virtual void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
-                    runtime::StreamHandle stream) = 0;
-  // out = softmax(x) over dimension `dim` (0 <= dim < x.dim()); out and x
-  // of one shape and dtype, at least 1-D, any strides.
-  virtual void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
-                       runtime::StreamHandle stream) = 0;
-  // Normalizes over the last dimension; x and out are 2-D or 3-D.
-  virtual void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
-                       runtime::StreamHandle stream) = 0;
   // out = the inputs concatenated along `dim` (0 <= dim < out.dim()): each
   // input has out's rank and sizes except in `dim`, and elements (none is
   // empty; their sizes in `dim` add up to out's). Any strides.
@@ -121,16 +116,6 @@ class KernelProvider {
   // generates on the host (random/operators.cpp).
   virtual void random(const TensorRef& out, const RandomDraw& draw,
                       runtime::StreamHandle stream) = 0;
-  // Fused LLM kernels (fused/activations.cpp has their definitions): computed in float
-  // (double for float64), rounded once to the output's dtype. x is [..., 2h]
-  // and out [..., h]; for swiglu all three share one shape.
-  virtual void siluAndMul(const TensorRef& out, const TensorRef& x,
-                          runtime::StreamHandle stream) = 0;
-  virtual void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
-                      runtime::StreamHandle stream) = 0;
-  // x and out [s, t] or [b, s, t], s <= t: row i keeps columns j <= t - s + i.
-  virtual void causalSoftmax(const TensorRef& out, const TensorRef& x,
-                             runtime::StreamHandle stream) = 0;
   // vLLM's rotary position embedding (fused/rotary.cpp has the definition),
   // in place on query and key (key may be null): positions int64 [T] or [B,
   // S], contiguous; query and key [*P, heads, head_size] or [*P, heads *
@@ -153,12 +138,6 @@ class KernelProvider {
   virtual void fusedAddRmsNorm(const TensorRef& input, const TensorRef& residual,
                                const TensorRef* weight, float eps,
                                runtime::StreamHandle stream) = 0;
-  // aten::embedding's forward: out [N, D] = the rows of weight [V, D] (any
-  // strides) that indices [N] (int32 or int64, contiguous) name, each in
-  // [0, V) (the bridge checked: InfiniOps' kernels skip other rows
-  // silently). out is contiguous, of weight's dtype.
-  virtual void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
-                         runtime::StreamHandle stream) = 0;
   // torch.ops.infini.topk_softmax (fused/moe.cpp has the definition):
   // gating [T, E] contiguous; bias [E] float32 contiguous and is_padding [T]
   // uint8 contiguous, each optional (null: none); weights [T, k] float32,

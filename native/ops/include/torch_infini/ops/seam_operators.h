@@ -84,9 +84,80 @@
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {}) \
   X(Foreach, foreach, none, {}, {}, {})
+
+// The seam operators whose kernels are plumbing, each declared once here:
+// the KernelProvider virtual (kernel_provider.h), the InfiniOps provider's
+// call (providers/infiniops) and the host provider's kernel
+// (providers/host) are generated from the entry. The other operators'
+// methods are written out in kernel_provider.h and the providers.
+//
+// K(enumerator, method, launch, parameters, argument names, InfiniOps call, host kernel)
+//   launch      kCounted: an arithmetic kernel (nonCpuKernelLaunches counts
+//               InfiniOps' launches); kByteMover: it moves bytes, the CPU's
+//               bits whatever runs it
+//   parameters  the method's, before the stream; argument names: theirs, in
+//               order (the first is a tensor: the InfiniOps handle's device)
+//   InfiniOps call  the row's class's Call arguments after handle and
+//               config, in InfiniOps' order (view(t): a tensor's view)
+//   host kernel an expression on the parameters run in stream order, where
+//               A(t) is a CPU tensor aliasing t's memory (its kernel view)
+//
+// What each computes (every view of the output's dtype, on one device):
+//   gelu        out = gelu(x), exact (erf) or, with `tanh`, PyTorch's tanh
+//               approximation; out and x of one shape, any strides
+//   softmax     out = softmax(x) over `dim` (0 <= dim < x.dim()); out and x
+//               of one shape and dtype, at least 1-D, any strides
+//   rmsNorm     over the last dimension; x and out 2-D or 3-D, contiguous
+//   siluAndMul, swiglu  (fused/activations.cpp has their definitions):
+//               computed in float (double for float64), rounded once to the
+//               output's dtype. x is [..., 2h] and out [..., h]; for swiglu
+//               all three share one shape
+//   causalSoftmax  x and out [s, t] or [b, s, t], s <= t: row i keeps
+//               columns j <= t - s + i
+//   embedding   aten::embedding's forward: out [N, D] = the rows of weight
+//               [V, D] (any strides) that indices [N] (int32 or int64,
+//               contiguous) name, each in [0, V) (the bridge checked:
+//               InfiniOps' kernels skip other rows silently). out is
+//               contiguous, of weight's dtype. A gather: padding_idx,
+//               max_norm, scale_grad_by_freq and sparse matter to the
+//               backward (and embedding_renorm_) only, so InfiniOps gets its
+//               defaults (its kernel would act on max_norm, renormalizing
+//               weight in place). The host runs the CPU's forward
+//               (index_select along the rows)
+#define TORCH_INFINI_SEAM_KERNELS(K) \
+  K(Gelu, gelu, kCounted, (const TensorRef& out, const TensorRef& x, bool tanh), (out, x, tanh), \
+    (view(x), std::string(tanh ? "tanh" : "none"), view(out)), \
+    at::cpu::gelu_out(A(out), A(x), tanh ? "tanh" : "none")) \
+  K(Softmax, softmax, kCounted, (const TensorRef& out, const TensorRef& x, int64_t dim), \
+    (out, x, dim), (view(x), int64_t{dim}, std::optional<infini::ops::DataType>(), view(out)), \
+    at::cpu::_softmax_out(A(out), A(x), dim, /*half_to_float=*/false)) \
+  K(RmsNorm, rmsNorm, kCounted, \
+    (const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps), \
+    (out, x, weight, eps), (view(x), view(weight), eps, view(out)), \
+    host_loops::rmsNorm(out, x, weight, eps)) \
+  K(SiluAndMul, siluAndMul, kCounted, (const TensorRef& out, const TensorRef& x), (out, x), \
+    (view(x), view(out)), siluAndMulInto(A(out), A(x))) \
+  K(Swiglu, swiglu, kCounted, \
+    (const TensorRef& out, const TensorRef& input, const TensorRef& gate), (out, input, gate), \
+    (view(input), view(gate), view(out)), swigluInto(A(out), A(input), A(gate))) \
+  K(CausalSoftmax, causalSoftmax, kCounted, (const TensorRef& out, const TensorRef& x), (out, x), \
+    (view(x), view(out)), causalSoftmaxInto(A(out), A(x))) \
+  K(Embedding, embedding, kByteMover, \
+    (const TensorRef& out, const TensorRef& weight, const TensorRef& indices), \
+    (out, weight, indices), \
+    (view(indices), view(weight), std::optional<int64_t>(), std::optional<double>(), 2.0, \
+     false, false, view(out)), \
+    at::cpu::index_select_out(A(out), A(weight), 0, A(indices)))
 // clang-format on
 
+// Expanding the entries: a parenthesized list's elements, and its first.
+#define TORCH_INFINI_UNPAREN(...) __VA_ARGS__
+#define TORCH_INFINI_FIRST(first, ...) first
+
 namespace torch_infini::ops {
+
+// What an InfiniOps launch of a generated seam kernel is (the entries' launch).
+enum class SeamLaunch : uint8_t { kCounted, kByteMover };
 
 // An operator of the seam. A provider declares which (operator, dtype) pairs
 // it supports; the bridge checks before it allocates or enqueues anything.

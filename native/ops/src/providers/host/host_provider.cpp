@@ -52,6 +52,7 @@ constexpr c10::DispatchKeySet kCpuKernel{c10::DispatchKey::CPU};
 // the geometry: a model's loop runs its kernels over a few dozen
 // geometries, and repointing a tensor of the right geometry is a store,
 // while a new geometry recomputes the tensor's contiguity and storage size.
+constexpr size_t kAliasSlots = 8;
 class Aliases {
  public:
   // The tensor in `slot` (0..7), now viewing `ref`. Valid until the next
@@ -123,7 +124,7 @@ class Aliases {
   }
 
   using Slot = std::array<Entry, kEntries>;
-  std::array<Slot, 8> slots_;
+  std::array<Slot, kAliasSlots> slots_;
 };
 
 // This thread's aliases, looked up once per kernel: each access to a
@@ -133,6 +134,21 @@ class Aliases {
   thread_local Aliases aliases;
   return aliases;
 }
+
+// A(ref): this thread's alias of `ref` in the next free slot (a generated
+// host kernel's operands, seam_operators.h), mutable as an out= operand.
+class AliasSlots {
+ public:
+  at::Tensor& operator()(const TensorRef& ref) {
+    TORCH_INTERNAL_ASSERT(next_ < kAliasSlots, "host provider: a kernel with more than ",
+                          kAliasSlots, " tensor operands");
+    return const_cast<at::Tensor&>(aliases_(ref, next_++));
+  }
+
+ private:
+  Aliases& aliases_ = threadAliases();
+  size_t next_ = 0;
+};
 
 // An optional operand's view, kept by value for a queued task.
 std::optional<TensorRef> optionalRef(const TensorRef* ref) {
@@ -397,73 +413,23 @@ class HostKernels final : public KernelProvider {
     TORCH_CHECK(false, "host provider: ", opName(op), " is not a unary seam operator");
   }
 
-  void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
-            runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [tanh](const TensorRef& out_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor o = al(out_ref, 0);
-          at::cpu::gelu_out(o, al(x_ref, 1), tanh ? "tanh" : "none");
-        },
-        out, x);
+  // The seam operators declared in TORCH_INFINI_SEAM_KERNELS
+  // (seam_operators.h): the entry's host kernel, in stream order, with A(t)
+  // aliasing t's memory (an alias slot per use, in the order the compiler
+  // evaluates them: the same for every call of one kernel).
+#define TORCH_INFINI_HOST_METHOD(enumerator, method, launch, parameters, arguments, call, \
+                                 host_kernel)                                             \
+  void method(TORCH_INFINI_UNPAREN parameters, runtime::StreamHandle stream) override {   \
+    submit(                                                                               \
+        stream,                                                                           \
+        [](TORCH_INFINI_UNPAREN parameters) {                                             \
+          [[maybe_unused]] AliasSlots A;                                                  \
+          host_kernel;                                                                    \
+        },                                                                                \
+        TORCH_INFINI_UNPAREN arguments);                                                  \
   }
-
-  void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
-               runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [dim](const TensorRef& out_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor o = al(out_ref, 0);
-          at::cpu::_softmax_out(o, al(x_ref, 1), dim, /*half_to_float=*/false);
-        },
-        out, x);
-  }
-
-  void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
-               runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [eps](const TensorRef& o_ref, const TensorRef& x_ref, const TensorRef& w_ref) {
-          host_loops::rmsNorm(o_ref, x_ref, w_ref, eps);
-        },
-        out, x, weight);
-  }
-
-  // The fused operators' CPU references, written straight into the
-  // device memory.
-  void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          siluAndMulInto(al(o_ref, 0), al(x_ref, 1));
-        },
-        out, x);
-  }
-
-  void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
-              runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& i_ref, const TensorRef& g_ref) {
-          Aliases& al = threadAliases();
-          swigluInto(al(o_ref, 0), al(i_ref, 1), al(g_ref, 2));
-        },
-        out, input, gate);
-  }
-
-  void causalSoftmax(const TensorRef& out, const TensorRef& x,
-                     runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& x_ref) {
-          Aliases& al = threadAliases();
-          causalSoftmaxInto(al(o_ref, 0), al(x_ref, 1));
-        },
-        out, x);
-  }
+  TORCH_INFINI_SEAM_KERNELS(TORCH_INFINI_HOST_METHOD)
+#undef TORCH_INFINI_HOST_METHOD
 
   void rotaryEmbedding(const TensorRef& query, const TensorRef* key, const TensorRef& positions,
                        const TensorRef& cos_sin_cache, int64_t head_size, bool is_neox,
@@ -498,20 +464,6 @@ class HostKernels final : public KernelProvider {
           op.redispatch(kCpuKernel, x, r, w, static_cast<double>(eps));
         },
         input, residual);
-  }
-
-  // The CPU's embedding forward (index_select along the rows), which raises
-  // the CPU's IndexError for an index out of range.
-  void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
-                 runtime::StreamHandle stream) override {
-    submit(
-        stream,
-        [](const TensorRef& o_ref, const TensorRef& w_ref, const TensorRef& i_ref) {
-          Aliases& al = threadAliases();
-          at::Tensor o = al(o_ref, 0);
-          at::cpu::index_select_out(o, al(w_ref, 1), 0, al(i_ref, 2));
-        },
-        out, weight, indices);
   }
 
   void topkSoftmax(const TensorRef& weights, const TensorRef& indices,

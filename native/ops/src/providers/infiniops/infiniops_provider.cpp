@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -101,6 +102,24 @@ bool instantiated(SeamOp op, DeviceType type) {
   }
 #pragma GCC diagnostic pop
 }
+
+// The InfiniOps class of seam operator kOp where the installed library
+// builds it (CMake's list from seam_operators.h); kBuilt false otherwise.
+template <SeamOp kOp>
+struct BuiltClass {
+  static constexpr bool kBuilt = false;
+};
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax
+#define TORCH_INFINI_INSTANTIATED(seam, infiniops_class) \
+  template <>                                            \
+  struct BuiltClass<SeamOp::seam> {                      \
+    static constexpr bool kBuilt = true;                 \
+    using type = infini::ops::infiniops_class;           \
+  };
+#include "infiniops_instantiated.inc"
+#undef TORCH_INFINI_INSTANTIATED
+#pragma GCC diagnostic pop
 
 // Class::Call(handle, config, x, out) where `kOp` is a unary seam operator
 // (unary_operators.h); false for the others (their call is not compiled).
@@ -288,78 +307,24 @@ class InfiniOpsKernels final : public KernelProvider {
     unavailable(opName(op));
   }
 
-  void gelu(const TensorRef& out, const TensorRef& x, bool tanh,
-            runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_GELU
-    // InfiniOps' Gelu takes PyTorch's argument: "none" (erf) or "tanh".
-    infini::ops::Gelu::Call(handle(out, stream), config_, view(x),
-                            std::string(tanh ? "tanh" : "none"), view(out));
-#else
-    unavailable("gelu");
-#endif
-  }
-
-  void softmax(const TensorRef& out, const TensorRef& x, int64_t dim,
-               runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_SOFTMAX
-    // No dtype argument: out has x's dtype (the bridge refuses half_to_float).
-    infini::ops::Softmax::Call(handle(out, stream), config_, view(x), int64_t{dim},
-                               std::optional<infini::ops::DataType>(), view(out));
-#else
-    unavailable("softmax");
-#endif
-  }
-
-  void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps,
-               runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_RMS_NORM
-    infini::ops::RmsNorm::Call(handle(out, stream), config_, view(x), view(weight), eps, view(out));
-#else
-    unavailable("rms_norm");
-#endif
-  }
-
-  void siluAndMul(const TensorRef& out, const TensorRef& x, runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_SILU_AND_MUL
-    infini::ops::SiluAndMul::Call(handle(out, stream), config_, view(x), view(out));
-#else
-    unavailable("silu_and_mul");
-#endif
-  }
-
-  void swiglu(const TensorRef& out, const TensorRef& input, const TensorRef& gate,
-              runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_SWIGLU
-    // Deprecated upstream in favour of SiluAndMul (one input holding both
-    // halves); the two-tensor form is what swiglu(input, gate) means.
+  // The seam operators declared in TORCH_INFINI_SEAM_KERNELS
+  // (seam_operators.h): the row's class called with the entry's arguments,
+  // or unavailable() where the installed library does not build it.
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    infini::ops::Swiglu::Call(handle(out, stream), config_, view(input), view(gate), view(out));
-#pragma GCC diagnostic pop
-#else
-    unavailable("swiglu");
-#endif
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax
+#define TORCH_INFINI_INFINIOPS_METHOD(enumerator, method, launch, parameters, arguments, call, \
+                                      host_kernel)                                             \
+  void method(TORCH_INFINI_UNPAREN parameters, runtime::StreamHandle stream) override {        \
+    if constexpr (SeamLaunch::launch == SeamLaunch::kCounted) countNonCpuKernelLaunch();       \
+    callIfBuilt<SeamOp::enumerator>([&](auto built) {                                          \
+      using Class = typename decltype(built)::type;                                            \
+      Class::Call(handle(TORCH_INFINI_FIRST arguments, stream), config_,                       \
+                  TORCH_INFINI_UNPAREN call);                                                  \
+    });                                                                                        \
   }
-
-  void causalSoftmax(const TensorRef& out, const TensorRef& x,
-                     runtime::StreamHandle stream) override {
-    countNonCpuKernelLaunch();
-#if TORCH_INFINI_OPS_HAS_CAUSAL_SOFTMAX
-    // Deprecated at the InfiniOps heads (docs/stack_versions.md), with no open-source-aligned
-    // successor yet.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    infini::ops::CausalSoftmax::Call(handle(out, stream), config_, view(x), view(out));
+  TORCH_INFINI_SEAM_KERNELS(TORCH_INFINI_INFINIOPS_METHOD)
+#undef TORCH_INFINI_INFINIOPS_METHOD
 #pragma GCC diagnostic pop
-#else
-    unavailable("causal_softmax");
-#endif
-  }
 
   void rotaryEmbedding(const TensorRef& query, const TensorRef* key, const TensorRef& positions,
                        const TensorRef& cos_sin_cache, int64_t head_size, bool is_neox,
@@ -386,22 +351,6 @@ class InfiniOpsKernels final : public KernelProvider {
                                        weight_view, eps);
 #else
     unavailable("fused_add_rms_norm");
-#endif
-  }
-
-  void embedding(const TensorRef& out, const TensorRef& weight, const TensorRef& indices,
-                 runtime::StreamHandle stream) override {
-    // A byte mover (no launch counted): the CPU's bits whatever the kernel.
-#if TORCH_INFINI_OPS_HAS_EMBEDDING
-    // The forward is a gather: padding_idx, max_norm, scale_grad_by_freq and
-    // sparse matter to the backward (and embedding_renorm_) only, so they
-    // are left at their defaults here, where InfiniOps' kernel would act on
-    // them (max_norm renormalizes weight in place).
-    infini::ops::Embedding::Call(handle(out, stream), config_, view(indices), view(weight),
-                                 std::optional<int64_t>(), std::optional<double>(), 2.0, false,
-                                 false, view(out));
-#else
-    unavailable("embedding");
 #endif
   }
 
@@ -566,6 +515,18 @@ class InfiniOpsKernels final : public KernelProvider {
       ptr = p;
     }
     return ptr;
+  }
+
+  // call(std::type_identity<the row's InfiniOps class>) where the installed
+  // library builds the class; else unavailable(), and `call` is never
+  // instantiated (its class is not declared).
+  template <SeamOp kOp, class Call>
+  void callIfBuilt(Call&& call) const {
+    if constexpr (BuiltClass<kOp>::kBuilt) {
+      call(std::type_identity<typename BuiltClass<kOp>::type>{});
+    } else {
+      unavailable(opName(kOp));
+    }
   }
 
   [[noreturn]] void unavailable(const char* op) const {

@@ -298,6 +298,22 @@ void fusedAddRmsNormInPlace() {
                                  "weight=none", "epsilon=" + infini::ops::describe(1e-6f)});
 }
 
+// add_rms_norm's two results: out (the normalized sum) and residual_out (the sum).
+void addRmsNormOutOfPlace() {
+  const TensorRef out = ref(0x100, ScalarType::BFloat16, {2, 3, 16}, {48, 16, 1});
+  const TensorRef residual_out = ref(0x200, ScalarType::BFloat16, {2, 3, 16}, {48, 16, 1});
+  const TensorRef x = ref(0x300, ScalarType::BFloat16, {2, 3, 16}, {48, 16, 1});
+  const TensorRef r = ref(0x400, ScalarType::BFloat16, {2, 3, 16}, {48, 16, 1});
+  const TensorRef w = ref(0x500, ScalarType::BFloat16, {16}, {1});
+  ops::launches = 0;
+  provider().addRmsNorm(out, residual_out, x, r, w, 1e-5f, stream());
+  expectCall("AddRmsNorm",
+             {"input=" + tensor(x, kBF16), "residual=" + tensor(r, kBF16),
+              "weight=" + tensor(w, kBF16), "eps=" + infini::ops::describe(1e-5f),
+              "out=" + tensor(out, kBF16), "residual_out=" + tensor(residual_out, kBF16)});
+  CHECK(ops::launches == 1);  // arithmetic: counted
+}
+
 // The forward is a gather: InfiniOps' backward-only arguments stay at their
 // defaults (max_norm would renormalize the weight in place).
 void embeddingIsAGather() {
@@ -489,6 +505,7 @@ int main() {
       {"silu_and_mul and swiglu", fusedActivations},
       {"rotary_embedding's argument order", rotaryEmbeddingArgumentOrder},
       {"fused_add_rms_norm in place", fusedAddRmsNormInPlace},
+      {"add_rms_norm out of place", addRmsNormOutOfPlace},
       {"embedding is a gather", embeddingIsAGather},
       {"topk_softmax's argument order", topkSoftmaxArgumentOrder},
       {"reshape_and_cache_flash writes the caches", reshapeAndCacheFlashWritesTheCaches},

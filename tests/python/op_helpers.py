@@ -154,6 +154,8 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "infini::rotary_embedding_functional": REDUCED_DTYPES + (torch.float32,),
     # InfiniOps' fused_add_rms_norm takes float32 and the half types
     "infini::fused_add_rms_norm": REDUCED_DTYPES + (torch.float32,),
+    # and its add_rms_norm (AddRmsNorm) the same
+    "infini::add_rms_norm": REDUCED_DTYPES + (torch.float32,),
     # InfiniOps' embedding takes float32 and half-type weights
     "embedding": REDUCED_DTYPES + (torch.float32,),
     # InfiniOps' topk_softmax takes float32 and half-type gating outputs
@@ -176,6 +178,7 @@ _NONE_ON_INFINIRT_CPU = frozenset(
         "infini::rotary_embedding",
         "infini::rotary_embedding_functional",
         "infini::fused_add_rms_norm",
+        "infini::add_rms_norm",
         "embedding",
         "infini::topk_softmax",
         "infini::reshape_and_cache_flash",

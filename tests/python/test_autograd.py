@@ -129,6 +129,12 @@ CASES: dict[str, GradCase] = {
         [(3, 8), (8,)],
         same_kernel=False,
     ),
+    # Both results (the normalized sum, the sum) receive a gradient.
+    "add_rms_norm": GradCase(
+        "infini::add_rms_norm",
+        lambda x, r, w: torch.cat(list(torch.ops.infini.add_rms_norm(x, r, w, 1e-5))),
+        [(3, 8), (3, 8), (8,)],
+    ),
     "causal_softmax": GradCase(
         "infini::causal_softmax", torch.ops.infini.causal_softmax, [(2, 3, 5)]
     ),

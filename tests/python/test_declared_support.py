@@ -85,6 +85,12 @@ CALLS: dict[str, tuple[str, Call]] = {
     "cat": ("cat", lambda dt, d: torch.cat([_t((2, 3), dt, d, 1), _t((1, 3), dt, d, 2)])),
     "rotary_embedding": ("infini::rotary_embedding", lambda dt, d: _rotated(dt, d)),
     "fused_add_rms_norm": ("infini::fused_add_rms_norm", lambda dt, d: _normed(dt, d)),
+    "add_rms_norm": (
+        "infini::add_rms_norm",
+        lambda dt, d: torch_infini.ops.add_rms_norm(
+            _t((3, 8), dt, d, 1), _t((3, 8), dt, d, 2), _t((8,), dt, d, 3)
+        )[0],
+    ),
     "embedding": (
         "embedding",
         lambda dt, d: torch.embedding(_t((10, 4), dt, d, 1), torch.tensor([[1, 9], [0, 1]]).to(d)),
@@ -267,7 +273,7 @@ def test_the_gpu_run_builds_infiniops_with_the_operators_of_the_seam_rows(tmp_pa
     edited.write_text(
         text.replace(
             row,
-            "  X(AddRmsNorm, add_rms_norm, AddRmsNorm, kAllTypes, kCudaLike, nullptr) \\\n" + row,
+            "  X(MoeSum, moe_sum, MoeSum, kAllTypes, kCudaLike, nullptr) \\\n" + row,
         )
     )
-    assert sorted(_infiniops_allowlist(edited)) == sorted([*allowlist, "add_rms_norm"])
+    assert sorted(_infiniops_allowlist(edited)) == sorted([*allowlist, "moe_sum"])

@@ -180,6 +180,71 @@ def test_add_rms_norm_weight_of_another_dtype_and_strided_inputs() -> None:
         assert_matches(g, e, exact=True)
 
 
+ADD_SERVED = torch_infini.supported_dtypes("infini::add_rms_norm")
+
+
+@pytest.mark.parametrize("dtype", ADD_SERVED, ids=str)
+@pytest.mark.parametrize("shape", [(4, 16), (2, 3, 8), (1, 1), (0, 8)], ids=str)
+def test_add_rms_norm_runs_natively_where_the_backend_serves_it(
+    shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """A served dtype (host: InfiniOps' accelerator dtypes, its AddRmsNorm
+    kernel's, run by the CPU reference on the device memory) runs with the
+    fallback off on the 2-D and 3-D contiguous tensors the kernel takes:
+    both results are the definition's, dense, as the CPU's."""
+    x, r = make_cpu(shape, dtype, seed=51), make_cpu(shape, dtype, seed=52)
+    w = make_cpu(shape[-1:], dtype, seed=53)
+    expected = add_rms_norm_definition(x, r, w, 1e-5)
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.strict():
+        got = ops.add_rms_norm(x.to(DEVICE), r.to(DEVICE), w.to(DEVICE), 1e-5)
+    assert torch_infini.cpu_fallback.stats() == {}
+    # host: bit for bit (assert_matches, strides included); InfiniOps'
+    # kernel: PyTorch's tolerances for the dtype.
+    for g, e in zip(got, expected, strict=True):
+        assert_matches(g, e)
+
+
+@pytest.mark.parametrize(
+    "case", ["4-D input", "weight of another dtype", "strided input", "strided residual"]
+)
+def test_add_rms_norm_calls_the_kernel_does_not_take_run_in_the_fallback(case: str) -> None:
+    """The kernel's contract (2-D or 3-D, contiguous input and residual, a
+    weight of their dtype): other calls are refused to the CPU fallback,
+    which gives the definition's results in the CPU's layout."""
+    if torch.float32 not in ADD_SERVED:
+        pytest.skip("the backend serves no float32 add_rms_norm: every call falls back")
+    x, r = make_cpu((4, 6), torch.float32, seed=54), make_cpu((4, 6), torch.float32, seed=55)
+    w = make_cpu((6,), torch.float32, seed=56)
+    reason = {
+        "4-D input": "takes 2-D and 3-D inputs",
+        "weight of another dtype": "a weight of the input's dtype",
+        "strided input": "contiguous input and residual",
+        "strided residual": "contiguous input and residual",
+    }[case]
+    if case == "4-D input":
+        x, r = x.reshape(1, 2, 2, 6), r.reshape(1, 2, 2, 6)
+    elif case == "weight of another dtype":
+        w = w.to(torch.bfloat16)
+    elif case == "strided input":
+        x = make_cpu((6, 4), torch.float32, seed=54).t()
+    else:
+        r = make_cpu((6, 4), torch.float32, seed=55).t()
+    x_dev = x.to(DEVICE) if x.is_contiguous() else _same_view_on_device(x)
+    r_dev = r.to(DEVICE) if r.is_contiguous() else _same_view_on_device(r)
+    assert (x_dev.stride(), r_dev.stride()) == (x.stride(), r.stride())
+    expected = add_rms_norm_definition(x, r, w, 1e-6)
+    torch_infini.cpu_fallback.reset_stats()
+    with torch_infini.cpu_fallback.allowed("silent"):
+        got = ops.add_rms_norm(x_dev, r_dev, w.to(DEVICE))
+    assert "infini::add_rms_norm" in torch_infini.cpu_fallback.stats()
+    for g, e, c in zip(got, expected, ops.add_rms_norm(x, r, w), strict=True):
+        assert_matches(g, e, exact=True)
+        assert g.stride() == c.stride()  # the CPU's layout
+    with torch_infini.cpu_fallback.strict(), raises_exactly(NotImplementedError, match=reason):
+        ops.add_rms_norm(x_dev, r_dev, w.to(DEVICE))
+
+
 @pytest.mark.parametrize(
     ("dtype", "weight_dtype"),
     [(d, d) for d in DTYPES] + [(torch.bfloat16, torch.float32)],
@@ -381,10 +446,14 @@ def test_bad_input_raises_the_cpu_error_on_every_device() -> None:
 
 
 def test_refused_with_the_fallback_off() -> None:
-    x, w = torch.ones(2, 4, device=DEVICE), torch.ones(4, device=DEVICE)
-    with torch_infini.cpu_fallback.strict():
-        with raises_exactly(NotImplementedError, match="'infini::add_rms_norm' has no infini"):
-            ops.add_rms_norm(x, x, w)
+    # add_rms_norm in float64 (its kernel takes float32 and the half types).
+    x = torch.ones(2, 4, dtype=torch.float64, device=DEVICE)
+    w = torch.ones(4, dtype=torch.float64, device=DEVICE)
+    with (
+        torch_infini.cpu_fallback.strict(),
+        raises_exactly(NotImplementedError, match=r"add_rms_norm: dtype Double .*kernel provider"),
+    ):
+        ops.add_rms_norm(x, x, w)
     # rotary_embedding is a seam operator: a dtype the backend does not serve
     # (float64 everywhere: InfiniOps' kernel takes float32 and the half types)
     # is refused with the fallback off, naming the provider, and the query is

@@ -16,13 +16,11 @@
 //     (residual * rsqrt(...)) * weight. No derivative (it overwrites its
 //     inputs): with a gradient required it raises, naming add_rms_norm.
 //
-// fused_add_rms_norm is a seam operator (InfiniOps' FusedAddRmsNorm, on
-// CUDA-like device types and Cambricon; `host` runs the CPU kernel below on
-// the device memory): layouts the kernel does not take are refused to the
-// CPU fallback (fused_add_rms_norm_infini). add_rms_norm runs in the CPU
-// fallback: InfiniOps' kernel multiplies the weight after the inverse RMS,
-// add_rms_norm's definition before it, and the results would differ in the
-// last bit.
+// fused_add_rms_norm and add_rms_norm are seam operators (InfiniOps'
+// FusedAddRmsNorm, on CUDA-like device types and Cambricon, and AddRmsNorm,
+// on CUDA-like device types, each multiplying by the weight where its
+// definition does; `host` runs the CPU references on the device memory):
+// layouts the kernels do not take are refused to the CPU fallback.
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
@@ -137,6 +135,34 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_meta(const at::Tensor& input,
           at::empty_symint(input.sym_sizes(), input.options())};
 }
 
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_infini(const at::Tensor& input,
+                                                       const at::Tensor& residual,
+                                                       const at::Tensor& weight, double eps) {
+  constexpr const char* name = "infini::add_rms_norm";
+  checkAddRmsNorm(name, input, residual, weight);
+  requireKernel(name, SeamOp::AddRmsNorm, input.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(input.dim() == 2 || input.dim() == 3, name,
+                              ": the infini kernel takes 2-D and 3-D inputs, got ", input.dim(),
+                              "-D input of shape ", input.sizes());
+  TORCH_CHECK_NOT_IMPLEMENTED(weight.scalar_type() == input.scalar_type(), name,
+                              ": the infini kernel takes a weight of the input's dtype, got ",
+                              weight.scalar_type(), " for input ", input.scalar_type());
+  // The CPU's results take strided inputs' layout; the kernel writes dense ones.
+  TORCH_CHECK_NOT_IMPLEMENTED(input.is_contiguous() && residual.is_contiguous(), name,
+                              ": the infini kernel takes contiguous input and residual, got "
+                              "strides ",
+                              input.strides(), " and ", residual.strides());
+  const at::Tensor w = weight.contiguous();
+  at::Tensor out = emptyOnDevice(input, input.sizes());
+  at::Tensor residual_out = emptyOnDevice(input, input.sizes());
+  if (out.numel() > 0) {
+    selectedKernelProvider().addRmsNorm(toRef(out), toRef(residual_out), toRef(input),
+                                        toRef(residual), toRef(w), static_cast<float>(eps),
+                                        streamOf(out));
+  }
+  return {out, residual_out};
+}
+
 // ---- declared here, defined below: the kernels the structs name ------------------------
 
 at::Tensor rms_norm_autograd(const at::Tensor& input, const at::Tensor& weight, double eps);
@@ -166,6 +192,8 @@ struct AddRmsNorm {
   static constexpr const char* name = "infini::add_rms_norm";
   static constexpr auto cpu = &add_rms_norm_cpu;
   static constexpr auto meta = &add_rms_norm_meta;
+  static constexpr auto infini = &add_rms_norm_infini;
+  static constexpr SeamOp seam = SeamOp::AddRmsNorm;
   static constexpr auto autograd = &add_rms_norm_autograd;
 };
 struct FusedAddRmsNorm {

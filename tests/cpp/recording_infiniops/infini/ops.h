@@ -221,6 +221,16 @@ struct FusedAddRmsNorm {
   }
 };
 
+// Deprecated upstream in favour of FusedAddRmsNorm (another rounding order).
+struct [[deprecated("Use `FusedAddRmsNorm` instead.")]] AddRmsNorm {
+  static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor residual,
+                   const Tensor weight, std::optional<float> eps, Tensor out, Tensor residual_out) {
+    record("AddRmsNorm", h, c,
+           {TI_ARG(input), TI_ARG(residual), TI_ARG(weight), TI_ARG(eps), TI_ARG(out),
+            TI_ARG(residual_out)});
+  }
+};
+
 struct Embedding {
   static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor weight,
                    const std::optional<int64_t> padding_idx, const std::optional<double> max_norm,

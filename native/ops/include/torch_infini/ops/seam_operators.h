@@ -34,6 +34,9 @@
 //   RotaryEmbedding query and key rotated in place by position (torch.ops.infini)
 //   FusedAddRmsNorm residual += input, then input = rms_norm(residual) in place
 //                   (torch.ops.infini.fused_add_rms_norm)
+//   AddRmsNorm      residual_out = input + residual, out = rms_norm(residual_out)
+//                   with the weight before the inverse RMS
+//                   (torch.ops.infini.add_rms_norm)
 //   Cat             the inputs one after another along a dimension (a byte copy
 //                   per element: every dtype of InfiniOps' size table)
 //   Embedding       out[i, :] = weight[indices[i], :] (aten::embedding), indices
@@ -76,6 +79,7 @@
   X(Cat, cat, Cat, kAllTypes, on({"cpu", "ascend"}), nullptr) \
   X(RotaryEmbedding, rotary_embedding, RotaryEmbedding, kFloat32AndReducedTypes, kCudaLike, "float") \
   X(FusedAddRmsNorm, fused_add_rms_norm, FusedAddRmsNorm, kFloat32AndReducedTypes, kCudaLike | on({"cambricon"}), "float") \
+  X(AddRmsNorm, add_rms_norm, AddRmsNorm, kFloat32AndReducedTypes, kCudaLike, "float") \
   X(Embedding, embedding, Embedding, kFloat32AndReducedTypes, kCudaLike | on({"ascend", "cambricon"}), nullptr) \
   X(TopkSoftmax, topk_softmax, TopkSoftmax, kFloat32AndReducedTypes, kCudaLike, "float") \
   X(ReshapeAndCacheFlash, reshape_and_cache_flash, ReshapeAndCacheFlash, kFloat32AndReducedTypes, kCudaLike | on({"cambricon"}), nullptr) \
@@ -124,6 +128,13 @@
 //               defaults (its kernel would act on max_norm, renormalizing
 //               weight in place). The host runs the CPU's forward
 //               (index_select along the rows)
+//   addRmsNorm  torch.ops.infini.add_rms_norm (fused/rms_norm.cpp has the
+//               definition): residual_out = input + residual rounded to the
+//               dtype, out = (residual_out * weight) * rsqrt(mean(
+//               residual_out^2, -1) + eps) in float, rounded once; all five
+//               2-D or 3-D of one shape (weight [hidden]) and dtype,
+//               contiguous. The host runs the operator's CPU kernel and copies
+//               its two results in
 #define TORCH_INFINI_SEAM_KERNELS(K) \
   K(Gelu, gelu, kCounted, (const TensorRef& out, const TensorRef& x, bool tanh), (out, x, tanh), \
     (view(x), std::string(tanh ? "tanh" : "none"), view(out)), \
@@ -147,7 +158,14 @@
     (out, weight, indices), \
     (view(indices), view(weight), std::optional<int64_t>(), std::optional<double>(), 2.0, \
      false, false, view(out)), \
-    at::cpu::index_select_out(A(out), A(weight), 0, A(indices)))
+    at::cpu::index_select_out(A(out), A(weight), 0, A(indices))) \
+  K(AddRmsNorm, addRmsNorm, kCounted, \
+    (const TensorRef& out, const TensorRef& residual_out, const TensorRef& input, \
+     const TensorRef& residual, const TensorRef& weight, float eps), \
+    (out, residual_out, input, residual, weight, eps), \
+    (view(input), view(residual), view(weight), std::optional<float>(eps), view(out), \
+     view(residual_out)), \
+    addRmsNormInto(A(out), A(residual_out), A(input), A(residual), A(weight), eps))
 // clang-format on
 
 // Expanding the entries: a parenthesized list's elements, and its first.

@@ -1,7 +1,6 @@
 // The host kernel provider: each seam operator as ATen's CPU kernel over the
-// device memory's kernel view, inside the stream's work (host_provider.h).
-#include "providers/host/host_provider.h"
-
+// device memory's kernel view, inside the stream's work. It registers itself
+// for the host runtime (seam/provider_registry.h); nothing names it.
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
 #include <ATen/EmptyTensor.h>
@@ -19,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -713,15 +713,10 @@ class HostKernels final : public KernelProvider {
   const NativeMasks native_ = hostMasks();
 };
 
-}  // namespace
-
-std::unique_ptr<KernelProvider> makeHostKernels() { return std::make_unique<HostKernels>(); }
-
-namespace {
 // Serves the host runtime (TORCH_INFINI_BACKEND=host).
 std::unique_ptr<KernelProvider> forHostRuntime(runtime::DeviceRuntime& rt) {
   if (dynamic_cast<runtime::HostRuntime*>(&rt) == nullptr) return nullptr;
-  return makeHostKernels();
+  return std::make_unique<HostKernels>();
 }
 const KernelProviderRegistrar registrar({"host", &forHostRuntime});
 }  // namespace

@@ -133,8 +133,8 @@
 //               dtype, out = (residual_out * weight) * rsqrt(mean(
 //               residual_out^2, -1) + eps) in float, rounded once; all five
 //               2-D or 3-D of one shape (weight [hidden]) and dtype,
-//               contiguous. The host runs the operator's CPU kernel and copies
-//               its two results in
+//               contiguous. The host runs a loop of its own with the
+//               definition's bits (providers/host/fused_loops.h)
 #define TORCH_INFINI_SEAM_KERNELS(K) \
   K(Gelu, gelu, kCounted, (const TensorRef& out, const TensorRef& x, bool tanh), (out, x, tanh), \
     (view(x), std::string(tanh ? "tanh" : "none"), view(out)), \
@@ -165,7 +165,7 @@
     (out, residual_out, input, residual, weight, eps), \
     (view(input), view(residual), view(weight), std::optional<float>(eps), view(out), \
      view(residual_out)), \
-    addRmsNormInto(A(out), A(residual_out), A(input), A(residual), A(weight), eps))
+    host_loops::addRmsNorm(out, residual_out, input, residual, weight, eps))
 // clang-format on
 
 // Expanding the entries: a parenthesized list's elements, and its first.

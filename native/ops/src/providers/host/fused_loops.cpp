@@ -1,5 +1,6 @@
-// The host device's rms_norm and rotary loops over the kernel view, bit for
-// bit ATen's composition and a few us a call (fused_loops.h says why).
+// The host device's rms_norm, add_rms_norm and rotary loops over the kernel
+// view, bit for bit the compositions they stand for and a few us a call
+// (fused_loops.h says why).
 #include "providers/host/fused_loops.h"
 
 #include <ATen/Dispatch.h>
@@ -43,11 +44,18 @@ std::vector<int64_t> rowOffsets(const TensorRef& t) {
   return offsets;
 }
 
+// Where the weight multiplies: after the inverse RMS, (x * r) * weight, as
+// ATen's rms_norm; or before it, (x * weight) * r, as add_rms_norm's
+// definition (and InfiniOps' AddRmsNorm).
+enum class WeightOrder { kLast, kFirst };
+
 // ATen's rms_norm on the CPU (its composite, whose results the host
 // matches bit for bit): squares in W, their mean over the row as ATen sums
 // them (ATen's own sum kernel: its order depends on the CPU's vector
-// width), then rsqrt(mean + eps) and (x * r) * weight, each rounded in W.
-template <typename T>
+// width), then rsqrt(mean + eps) and the two products in `order`, each
+// rounded in W. add_rms_norm's definition computes its inverse RMS the
+// same way (square, mean, + eps, rsqrt).
+template <typename T, WeightOrder order = WeightOrder::kLast>
 void rmsNormRows(const TensorRef& out_ref, const TensorRef& x_ref, const T* weight, float eps) {
   using W = at::opmath_type<T>;  // float, double for double
   const int64_t n = x_ref.sizes.back();
@@ -74,8 +82,13 @@ void rmsNormRows(const TensorRef& out_ref, const TensorRef& x_ref, const T* weig
     const W inverse_rms = W(1) / std::sqrt(mean + static_cast<W>(eps));
     const T* in = x + x_rows[row];
     T* o = out + out_rows[row];
-    for (int64_t i = 0; i < n; ++i)
-      o[i] = static_cast<T>((static_cast<W>(in[i]) * inverse_rms) * static_cast<W>(weight[i]));
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (order == WeightOrder::kLast) {
+        o[i] = static_cast<T>((static_cast<W>(in[i]) * inverse_rms) * static_cast<W>(weight[i]));
+      } else {
+        o[i] = static_cast<T>((static_cast<W>(in[i]) * static_cast<W>(weight[i])) * inverse_rms);
+      }
+    }
   }
 }
 
@@ -128,6 +141,24 @@ void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.dtype, "infini::rms_norm", [&] {
     rmsNormRows<scalar_t>(out, x, viewOf<const scalar_t>(weight), eps);
   });
+}
+
+void addRmsNorm(const TensorRef& out, const TensorRef& residual_out, const TensorRef& input,
+                const TensorRef& residual, const TensorRef& weight, float eps) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.dtype, "infini::add_rms_norm", [&] {
+        using W = at::opmath_type<scalar_t>;
+        // The sum in W, rounded to the dtype: every operand is contiguous.
+        const scalar_t* a = viewOf<const scalar_t>(input);
+        const scalar_t* b = viewOf<const scalar_t>(residual);
+        scalar_t* sum = viewOf<scalar_t>(residual_out);
+        const int64_t numel = input.numel();
+        for (int64_t i = 0; i < numel; ++i)
+          sum[i] = static_cast<scalar_t>(static_cast<W>(a[i]) + static_cast<W>(b[i]));
+        if (input.sizes.back() == 0) return;
+        rmsNormRows<scalar_t, WeightOrder::kFirst>(out, residual_out,
+                                                   viewOf<const scalar_t>(weight), eps);
+      });
 }
 
 void rotary(const TensorRef& t, const TensorRef& positions, const TensorRef& cos_sin_cache,

@@ -1,4 +1,4 @@
-// The host device's own loops for rms_norm and rotary_embedding over the
+// The host device's own loops for rms_norm, add_rms_norm and rotary_embedding over the
 // device memory (its kernel view), in place of ATen compositions that cost a
 // dozen operator calls each (at decoding sizes 45-50 us a call, where the
 // loops take a few). On arguments the operator's infini kernel checked and
@@ -22,6 +22,14 @@ namespace torch_infini::ops::host_loops {
 // [..., n] with unit stride in its last dimension, its rows at any strides;
 // out of x's shape and dtype; weight contiguous [n] of that dtype.
 void rmsNorm(const TensorRef& out, const TensorRef& x, const TensorRef& weight, float eps);
+
+// add_rms_norm's definition (fused/rms_norm.cpp), bit for bit:
+// residual_out = input + residual in float (double for float64) rounded to
+// the dtype, then out = (residual_out * weight) * rsqrt(mean(residual_out^2,
+// -1) + eps), the inverse RMS as rmsNorm's. All five contiguous, of one
+// dtype; input, residual, out and residual_out of one shape [..., n].
+void addRmsNorm(const TensorRef& out, const TensorRef& residual_out, const TensorRef& input,
+                const TensorRef& residual, const TensorRef& weight, float eps);
 
 // Rotates `t` (query or key: [*P, heads * head_size] or [*P, heads,
 // head_size], P the positions' shape, unit stride in the last dimension,

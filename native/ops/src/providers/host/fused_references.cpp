@@ -1,5 +1,5 @@
 // The CPU references of the fused activations (silu_and_mul, swiglu,
-// causal_softmax) and of add_rms_norm, written into given results: the operators' CPU kernels
+// causal_softmax), written into a given result: the operators' CPU kernels
 // (fused/activations.cpp) allocate it, the host kernel provider passes the
 // device tensor's own memory (its kernel view). They live with the host
 // provider, the lower layer, so that it includes nothing above it.
@@ -89,17 +89,6 @@ void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor
   } else {
     out.copy_(input.to(w) * at::silu(gate.to(w)));
   }
-}
-
-void addRmsNormInto(const at::Tensor& out, const at::Tensor& residual_out, const at::Tensor& input,
-                    const at::Tensor& residual, const at::Tensor& weight, float eps) {
-  const c10::ScalarType w = wide(input.scalar_type());
-  residual_out.copy_(input.to(w) + residual.to(w));  // rounded to the dtype
-  const at::Tensor x = residual_out.to(w);           // and read back, as the kernel does
-  // eps: the float the seam takes, widened back (the value the CPU kernel adds in float).
-  const at::Tensor inverse_rms =
-      at::rsqrt(x.square().mean(-1, /*keepdim=*/true) + static_cast<double>(eps));
-  out.copy_((x * weight.to(w)) * inverse_rms);
 }
 
 }  // namespace torch_infini::ops

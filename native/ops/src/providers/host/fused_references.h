@@ -1,6 +1,6 @@
-// The fused operators' CPU references written into given results
+// The fused activations' CPU references written into a given result
 // (fused_references.cpp): the operators' CPU kernels (fused/activations.cpp)
-// allocate them, the host provider passes the device tensors' own memory.
+// allocate it, the host provider passes the device tensor's own memory.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -10,9 +10,5 @@ namespace torch_infini::ops {
 void siluAndMulInto(const at::Tensor& out, const at::Tensor& x);
 void causalSoftmaxInto(const at::Tensor& out, const at::Tensor& x);
 void swigluInto(const at::Tensor& out, const at::Tensor& input, const at::Tensor& gate);
-// add_rms_norm's definition (fused/rms_norm.cpp, add_rms_norm_cpu), its
-// operations in the same order: the same bits.
-void addRmsNormInto(const at::Tensor& out, const at::Tensor& residual_out, const at::Tensor& input,
-                    const at::Tensor& residual, const at::Tensor& weight, float eps);
 
 }  // namespace torch_infini::ops

@@ -10,11 +10,11 @@ TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 "$PYTHON" -m pip install --disable-pip-version-check -q \
   "scikit-build-core>=0.10" "nanobind>=2.0" "cmake>=3.24" ninja \
   pytest pytest-xdist hypothesis numpy
-# Test-only: a model written by others (tests/python/test_llama.py), built
+# Test-only: a model written by others (tests/python/models/test_llama.py), built
 # from a config; pinned, and installed after torch so it never pulls one.
 "$PYTHON" -m pip install --disable-pip-version-check -q "transformers==5.24.0"
 # Test-only: the nvidia compiler plug-in's toolchain. Triton compiles ahead
-# of time without a GPU (tests/python/test_compiler_plugin_nvidia.py); it
+# of time without a GPU (tests/python/compiler/test_compiler_plugin_nvidia.py); it
 # has no dependencies of its own to resolve.
 "$PYTHON" -m pip install --disable-pip-version-check -q --no-deps "triton==3.9.0"
 

@@ -67,10 +67,10 @@ if [ "$MODE" = "--thread" ]; then
   echo "== TSan: Python soak, streams, events, memory, copies; async streams"
   OMP_NUM_THREADS=1 TORCH_INFINI_SOAK_SECONDS="${TORCH_INFINI_SOAK_SECONDS:-20}" \
     LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" PYTHONPATH="$(pwd)/${BUILD_DIR}/python" \
-    "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider tests/python/test_soak.py \
-    tests/python/test_streams_events.py tests/python/test_memory.py tests/python/test_record_stream.py \
-    tests/python/test_pinned_memory.py tests/python/test_copy.py \
-    tests/python/test_threads.py
+    "${PYTHON_BIN}" -m pytest -q -n "${JOBS}" -p no:cacheprovider tests/python/models/test_soak.py \
+    tests/python/runtime/test_streams_events.py tests/python/runtime/test_memory.py tests/python/runtime/test_record_stream.py \
+    tests/python/runtime/test_pinned_memory.py tests/python/ops/aten/test_copy.py \
+    tests/python/runtime/test_threads.py
   exit 0
 fi
 
@@ -109,7 +109,7 @@ stage_python "${BUILD_DIR}"
 # suppression matches any frame of a stack (every call from Python passes
 # through libpython and libtorch_python), so suppressing them would hide
 # leaks of ours too. Leaks are checked by ctest above (LSan on) and by
-# tests/python/test_leaks.py (allocator and RSS over 200 training steps).
+# tests/python/models/test_leaks.py (allocator and RSS over 200 training steps).
 PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
 run_instrumented() {  # pytest arguments
   ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" LD_PRELOAD="${PRELOAD}" \
@@ -121,24 +121,24 @@ run_instrumented() {  # pytest arguments
 # about 5 minutes here). An access outside a storage that the CPU comparison
 # cannot see, ASan reports.
 echo "== ASan + UBSan: untrusted inputs and the fuzzer"
-run_instrumented tests/python/test_untrusted_inputs.py tests/python/test_untrusted_fuzz.py
+run_instrumented tests/python/security/test_untrusted_inputs.py tests/python/security/test_untrusted_fuzz.py
 echo "== ASan + UBSan: untrusted inputs and discrete memory's own tests, discrete memory"
-TORCH_INFINI_HOST_MEMORY=discrete run_instrumented tests/python/test_untrusted_inputs.py \
-  tests/python/test_discrete_memory.py
+TORCH_INFINI_HOST_MEMORY=discrete run_instrumented tests/python/security/test_untrusted_inputs.py \
+  tests/python/runtime/test_discrete_memory.py
 [ "$MODE" = "--ctest" ] && exit 0
-RUNTIME_TESTS=(tests/python/test_device.py tests/python/test_memory.py
-  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
-  tests/python/test_memory_history.py tests/python/test_streams_events.py tests/python/test_copy.py
-  tests/python/test_tensors.py tests/python/test_cpu_fallback.py
-  tests/python/test_cpu_fallback_staged.py tests/python/test_threads.py
-  tests/python/test_profiler.py tests/python/test_soak.py)
+RUNTIME_TESTS=(tests/python/runtime/test_device.py tests/python/runtime/test_memory.py
+  tests/python/runtime/test_record_stream.py tests/python/runtime/test_pinned_memory.py
+  tests/python/runtime/test_memory_history.py tests/python/runtime/test_streams_events.py tests/python/ops/aten/test_copy.py
+  tests/python/ops/aten/test_tensors.py tests/python/ops/fallback/test_cpu_fallback.py
+  tests/python/ops/fallback/test_cpu_fallback_staged.py tests/python/runtime/test_threads.py
+  tests/python/runtime/test_profiler.py tests/python/models/test_soak.py)
 # The operators' tests run inline only: there the allocator poisons memory no
 # tensor owns, so a kernel overrunning its tensor is reported.
-KERNEL_TESTS=(tests/python/test_ops_*.py tests/python/test_random_ops.py tests/python/test_random.py
-  tests/python/test_fused_*.py tests/python/test_paged_attention.py tests/python/test_autograd.py
-  tests/python/test_type_promotion.py tests/python/test_rnn.py tests/python/test_modules.py
-  tests/python/test_autocast.py tests/python/test_grad_scaler.py tests/python/test_llama.py
-  tests/python/test_errors.py tests/python/test_fallback_errors.py)
+KERNEL_TESTS=(tests/python/test_ops_*.py tests/python/ops/random/test_random_ops.py tests/python/runtime/test_random.py
+  tests/python/test_fused_*.py tests/python/ops/fused/test_paged_attention.py tests/python/models/test_autograd.py
+  tests/python/ops/aten/test_type_promotion.py tests/python/ops/aten/test_rnn.py tests/python/models/test_modules.py
+  tests/python/ops/amp/test_autocast.py tests/python/ops/amp/test_grad_scaler.py tests/python/models/test_llama.py
+  tests/python/package/test_errors.py tests/python/ops/fallback/test_fallback_errors.py)
 for pass in inline async; do
   echo "== ASan + UBSan: Python tests, ${pass} host streams"
   tests=("${RUNTIME_TESTS[@]}")

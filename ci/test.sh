@@ -98,16 +98,16 @@ env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES \
 # with async streams and two devices in the discrete pass below (the
 # generated kernels launch on the stream the same way there, against the
 # kernel view); here only their marked tests.
-ASYNC_TESTS=(tests/python/test_device.py tests/python/test_memory.py
-  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
-  tests/python/test_memory_history.py tests/python/test_streams_events.py
-  tests/python/test_host_stream_queue.py tests/python/test_copy.py tests/python/test_tensors.py
-  tests/python/test_set_storage.py tests/python/test_tied_parameters.py
-  tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
-  tests/python/test_fallback_devices.py tests/python/test_threads.py tests/python/test_soak.py
-  tests/python/test_fork.py tests/python/test_random.py tests/python/test_profiler.py
-  tests/python/test_distributed.py tests/python/test_autograd.py tests/python/test_modules.py tests/python/test_llama.py
-  tests/python/test_main_job.py)
+ASYNC_TESTS=(tests/python/runtime/test_device.py tests/python/runtime/test_memory.py
+  tests/python/runtime/test_record_stream.py tests/python/runtime/test_pinned_memory.py
+  tests/python/runtime/test_memory_history.py tests/python/runtime/test_streams_events.py
+  tests/python/runtime/test_host_stream_queue.py tests/python/ops/aten/test_copy.py tests/python/ops/aten/test_tensors.py
+  tests/python/ops/aten/test_set_storage.py tests/python/models/test_tied_parameters.py
+  tests/python/ops/fallback/test_cpu_fallback.py tests/python/ops/fallback/test_cpu_fallback_staged.py
+  tests/python/ops/fallback/test_fallback_devices.py tests/python/runtime/test_threads.py tests/python/models/test_soak.py
+  tests/python/runtime/test_fork.py tests/python/runtime/test_random.py tests/python/runtime/test_profiler.py
+  tests/python/distributed/test_distributed.py tests/python/models/test_autograd.py tests/python/models/test_modules.py tests/python/models/test_llama.py
+  tests/python/models/test_main_job.py)
 step "pytest: host device, async streams, 2 devices (${#ASYNC_TESTS[@]} files, then the marked tests of the others)"
 TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DEVICES=2 \
   "$PYTHON" -m pytest -q -n "${JOBS}" "${ASYNC_TESTS[@]}"
@@ -133,7 +133,7 @@ TORCH_INFINI_HOST_MEMORY=discrete TORCH_INFINI_HOST_ASYNC=1 TORCH_INFINI_HOST_DE
 # fuzz; ~30 s).
 step "fuzzer: 40,000 cases"
 env -u TORCH_INFINI_HOST_ASYNC -u TORCH_INFINI_HOST_DEVICES TORCH_INFINI_FUZZ_CASES=40000 \
-  "$PYTHON" -m pytest -q -n "${JOBS}" -m fuzz tests/python/test_untrusted_fuzz.py
+  "$PYTHON" -m pytest -q -n "${JOBS}" -m fuzz tests/python/security/test_untrusted_fuzz.py
 
 # Ratios are reported, never asserted (a shared CI machine is noisy); a
 # result that differs from the CPU fails the run. Three rounds here (CI's

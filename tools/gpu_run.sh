@@ -225,16 +225,16 @@ cat "$OUT/vs_cuda.md" >>"$SUMMARY" 2>/dev/null
 
 # ---------------------------------------------------------------- tests
 TESTS=(
-  tests/python/test_ops_elementwise.py tests/python/test_ops_matmul.py tests/python/test_ops_activation.py
-  tests/python/test_ops_norm.py tests/python/test_ops_cat.py tests/python/test_ops_fill.py
-  tests/python/test_copy.py tests/python/test_streams_events.py tests/python/test_memory.py
-  tests/python/test_record_stream.py tests/python/test_pinned_memory.py
-  tests/python/test_cpu_fallback.py tests/python/test_cpu_fallback_staged.py
-  tests/python/test_fused_ops.py tests/python/test_fused_rms_norm_rotary.py
-  tests/python/test_ops_softmax.py tests/python/test_ops_embedding.py tests/python/test_ops_convolution.py
-  tests/python/test_paged_attention.py tests/python/test_fused_routing_sampling.py
-  tests/python/test_declared_support.py
-  tests/python/test_compile.py tests/python/test_compiler_plugin.py tests/python/test_compiler_plugin_nvidia.py
+  tests/python/ops/aten/test_ops_elementwise.py tests/python/ops/aten/test_ops_matmul.py tests/python/ops/aten/test_ops_activation.py
+  tests/python/ops/aten/test_ops_norm.py tests/python/ops/aten/test_ops_cat.py tests/python/ops/aten/test_ops_fill.py
+  tests/python/ops/aten/test_copy.py tests/python/runtime/test_streams_events.py tests/python/runtime/test_memory.py
+  tests/python/runtime/test_record_stream.py tests/python/runtime/test_pinned_memory.py
+  tests/python/ops/fallback/test_cpu_fallback.py tests/python/ops/fallback/test_cpu_fallback_staged.py
+  tests/python/ops/fused/test_fused_ops.py tests/python/ops/fused/test_fused_rms_norm_rotary.py
+  tests/python/ops/aten/test_ops_softmax.py tests/python/ops/aten/test_ops_embedding.py tests/python/ops/aten/test_ops_convolution.py
+  tests/python/ops/fused/test_paged_attention.py tests/python/ops/fused/test_fused_routing_sampling.py
+  tests/python/ops/seam/test_declared_support.py
+  tests/python/compiler/test_compile.py tests/python/compiler/test_compiler_plugin.py tests/python/compiler/test_compiler_plugin_nvidia.py
 )
 timeout "${TEST_TIMEOUT:-300}" "$PYTHON" -m pytest -q -rfE --tb=short -n "${TEST_JOBS:-8}" -p no:cacheprovider \
   --junitxml="$OUT/junit.xml" -o junit_family=xunit1 "${TESTS[@]}" >>"$OUT/tests.log" 2>&1

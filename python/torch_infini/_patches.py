@@ -3,7 +3,7 @@
 Each function replaces or wraps something of PyTorch's where PyTorch offers
 no hook for an out-of-tree device; its docstring says why. ``PATCHES`` lists
 them all, each with the PyTorch releases it was checked on and the
-extension point whose absence it fills; tests/python/test_patches.py fails
+extension point whose absence it fills; tests/python/package/test_patches.py fails
 when one stops applying, when one is made unlisted, and on a PyTorch
 release not checked yet.
 
@@ -55,7 +55,7 @@ class Patch:
     upstream: str  # the extension point PyTorch lacks; with it the patch goes
 
 
-# Every patch, in the order they are made. tests/python/test_patches.py
+# Every patch, in the order they are made. tests/python/package/test_patches.py
 # fails when one stops applying (its target moved, renamed or no longer
 # ours) and when a patch is made that is not listed here.
 PATCHES: tuple[Patch, ...] = (

@@ -57,37 +57,38 @@ CPU = torch.device("cpu")
 # aliases and storage swaps (every other test uses them, none has samples),
 # and record_stream (allocator bookkeeping, covered by tests/python).
 EXPECTED_WITHOUT_OPINFO = [
-    # GradScaler's kernels (tests/python/test_grad_scaler.py).
+    # GradScaler's kernels (tests/python/ops/amp/test_grad_scaler.py).
     "aten::_amp_foreach_non_finite_check_and_unscale_",
     "aten::_amp_update_scale_",
     # The seam's convolution: op_db's conv OpInfos name conv1d/conv2d/conv3d,
-    # which call it (tests/python/test_ops_convolution.py).
+    # which call it (tests/python/ops/aten/test_ops_convolution.py).
     "aten::_convolution",
     "aten::_copy_from",
     "aten::_copy_from_and_resize",
-    # `param.data = t`, nn.Module.to() (tests/python/test_tied_parameters.py).
+    # `param.data = t`, nn.Module.to() (tests/python/models/test_tied_parameters.py).
     "aten::_has_compatible_shallow_copy_type",
     "aten::_local_scalar_dense",
     "aten::_reshape_alias",
     # softmax's kernel: its OpInfos (softmax, nn.functional.softmax) name
-    # softmax.int, which calls it (tests/python/test_ops_softmax.py).
+    # softmax.int, which calls it (tests/python/ops/aten/test_ops_softmax.py).
     "aten::_softmax",
     "aten::_softmax.out",
-    # The fused recurrent cells (tests/python/test_rnn.py, test_autograd.py).
+    # The fused recurrent cells (tests/python/ops/aten/test_rnn.py, test_autograd.py).
     "aten::_thnn_fused_gru_cell",
     "aten::_thnn_fused_gru_cell_backward",
     "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_lstm_cell_backward_impl",
     "aten::convolution",
     "aten::record_stream",
-    # set_() and the set_ forms (tests/python/test_set_storage.py).
+    # set_() and the set_ forms (tests/python/ops/aten/test_set_storage.py).
     "aten::set_",
     "aten::set_.source_Storage",
     "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor",
-    # torch.ops.infini's fused operators (tests/python/test_fused_ops.py,
+    # torch.ops.infini's fused operators (tests/python/ops/fused/test_fused_ops.py,
     # test_fused_rms_norm_rotary.py, test_fused_routing_sampling.py,
     # test_paged_attention.py).
+    "infini::add_rms_norm",
     "infini::causal_softmax",
     "infini::fused_add_rms_norm",
     "infini::paged_attention",
@@ -112,7 +113,7 @@ _HARNESS_ERRORS = (AttributeError, ImportError, NameError)
 _OP_DB = load_op_db()
 _COVERAGE = operator_coverage(_OP_DB)
 # Random operators (op_coverage.draws_random): infini's generator is not the
-# CPU's, so their values differ by design. tests/python/test_random_ops.py
+# CPU's, so their values differ by design. tests/python/ops/random/test_random_ops.py
 # checks them (statistics, reproducibility, errors against the CPU's); op_db's
 # samples of them run here through the operators they compose (geometry
 # compared), and in the op_db sweep. op_db files a random operator's OpInfo
@@ -397,7 +398,7 @@ def test_undeclared_dtype_falls_back_to_the_cpu(case: OpCase) -> None:
 
 def test_every_registered_operator_has_cases_or_is_listed() -> None:
     # The in-place foreach operators have no op_db entry: op_db leaves out
-    # PyTorch's foreach OpInfos, which tests/python/test_foreach.py runs on
+    # PyTorch's foreach OpInfos, which tests/python/ops/aten/test_foreach.py runs on
     # every one of them against the CPU, bit for bit.
     foreach = {info.name for info in torch_infini.operators() if info.family == "foreach"}
     tested = {case.operator for case in _CASES} | set(_RANDOM_OPERATORS) | foreach

@@ -2,14 +2,14 @@
 
 One test per (OpInfo of op_db, dtype): float32, float16 or bfloat16, and one
 integer dtype where the OpInfo supports them on the CPU (see
-``op_db_sweep.select_dtypes``). Each runs the OpInfo's first ``MAX_SAMPLES``
+``op_db_engine.select_dtypes``). Each runs the OpInfo's first ``MAX_SAMPLES``
 samples, generated on the CPU, forward -- and backward for float32 wherever
 the OpInfo supports autograd -- on the CPU and on a copy on infini, with the
 CPU fallback's default policy. Every sample must match the CPU (bit for bit
 where the CPU's kernel ran: the fallback, every kernel of the ``host``
 backend; with the OpInfo's tolerances where an InfiniOps kernel ran), raise
 the CPU's exception type where the CPU raises, or be refused with one of the
-documented NotImplementedErrors (``op_db_sweep.REFUSALS``). Only results
+documented NotImplementedErrors (``op_db_engine.REFUSALS``). Only results
 PyTorch leaves uninitialised and random samples are exempt from value
 comparison (their geometry is compared).
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from op_coverage import dtype_name, opinfo_id
-from op_db_sweep import (
+from op_db_engine import (
     REFUSALS,
     SIMULATE_VARIABLE,
     _cpu_not_reproducible,

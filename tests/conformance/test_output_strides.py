@@ -65,7 +65,7 @@ from infini_testing import (
     requires_two_devices,
 )
 from op_coverage import load_op_db, opinfo_id, sample_inputs
-from op_db_sweep import CPU_ARGUMENTS, _Mover, refusal_reason
+from op_db_engine import CPU_ARGUMENTS, Mover, refusal_reason
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -252,9 +252,9 @@ class Call(NamedTuple):
 
 def _on(device: str, opinfo: Any, sample: Any) -> Call:
     """The sample's arguments on ``device``, every geometry and storage sharing kept."""
-    mover = _Mover(device)
+    mover = Mover(device)
     if opinfo.name in CPU_ARGUMENTS:
-        args = (mover.value(sample.input), *_Mover("cpu").value(sample.args))
+        args = (mover.value(sample.input), *Mover("cpu").value(sample.args))
     else:
         args = mover.value((sample.input, *sample.args))
     return Call(tuple(args), mover.value(dict(sample.kwargs)))

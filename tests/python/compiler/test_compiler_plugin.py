@@ -31,8 +31,8 @@ from infini_testing import (
 from torch_infini import _C, _compiler
 
 DEVICE = torch.device("infini", 0)
-HEADER_DIR = Path(__file__).resolve().parents[2] / "native" / "compiler" / "include"
-EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "examples" / "compiler_plugin"
+HEADER_DIR = Path(__file__).resolve().parents[3] / "native" / "compiler" / "include"
+EXAMPLE_DIR = Path(__file__).resolve().parents[3] / "examples" / "compiler_plugin"
 
 pytestmark = requires_inductor
 

@@ -5,8 +5,8 @@ Models are written the plain torch.nn way (no torch_infini.ops call): a
 variant of the Llama example, a transformers Llama built from a config, and
 one small module per pattern. Each rewrite is counted pattern by pattern
 (``counters["infini_graph_passes"]``) and compared with a literal count per
-backend (``host`` serves rotary_embedding in float32, InfiniRT ``cpu`` does
-not; neither has a native add_rms_norm).
+backend (``host`` serves rotary_embedding and add_rms_norm in float32,
+InfiniRT ``cpu`` neither).
 
 The oracle is CPU eager. On ``host`` a rewritten pattern computes as ATen's
 own kernels do on the device memory (``rms_norm`` and the rotary embedding
@@ -39,143 +39,28 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_infini
+from graph_pass_checks import (
+    BACKEND,
+    DEVICE,
+    PerBackend,
+    _assert_matches_eager,
+    _assert_within_inductor_rounding,
+    _check_against_eager,
+    _check_left_to_inductor,
+    _everywhere,
+    _expected,
+    _Fn,
+    _fresh_compile,  # noqa: F401  (the autouse fixture)
+    _rewrites,
+    _run,
+    _wrapper_code,
+)
 from infini_testing import assert_bitwise_equal, llama_example, requires_inductor
 from torch._dynamo.utils import counters
-from torch._inductor.graph import GraphLowering
 from torch_infini import _compiler, graph_passes
 from torch_infini.graph_passes import _graph
 
 pytestmark = requires_inductor
-
-DEVICE = torch.device("infini", 0)
-COUNTER = "infini_graph_passes"
-BACKEND = torch_infini.backend()
-
-Counts = dict[str, int]
-PerBackend = dict[str, Counts]  # backend name -> the rewrites made there
-
-
-@pytest.fixture(autouse=True)
-def _fresh_compile(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # Rewrites on this host-addressable backend too (by default only where
-    # device memory is not host memory): the tests exercise them here.
-    monkeypatch.setenv(graph_passes.MODE_VARIABLE, "always")
-    torch._dynamo.reset()
-    counters.clear()
-    # Every graph compiled afresh (a cache hit would skip the graph passes):
-    # no FX graph or AOTAutograd cache; one compile thread (CI's two cores).
-    # The compiled kernels' binaries stay cached: the same source compiles
-    # to the same kernel.
-    with (
-        torch._inductor.config.patch(fx_graph_cache=False, compile_threads=1),
-        torch._functorch.config.patch(enable_autograd_cache=False),
-    ):
-        yield
-    torch._dynamo.reset()
-
-
-def _rewrites() -> Counts:
-    return dict(counters[COUNTER])
-
-
-def _expected(per_backend: PerBackend) -> Counts:
-    """This backend's literal expectation (a KeyError names a backend the
-    test has no expectation for)."""
-    return per_backend[BACKEND]
-
-
-def _everywhere(counts: Counts) -> PerBackend:
-    """The same rewrites on ``host`` and on InfiniRT ``cpu``."""
-    return {"host": counts, "cpu": counts}
-
-
-NOTHING = _everywhere({})
-
-
-@contextlib.contextmanager
-def _wrapper_code() -> Iterator[list[str]]:
-    codes: list[str] = []
-    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
-        yield codes
-
-
-def _outputs(result: Any) -> tuple[torch.Tensor, ...]:
-    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
-
-
-def _assert_matches_eager(got: Any, want: Any) -> None:
-    """Every output equals eager's, strides included. On ``host`` bit for
-    bit: a rewritten pattern runs ATen's kernels, in eager's order, and what
-    Inductor compiles around it in these graphs rounds exactly as eager
-    (matmuls are ATen's; +, -, *, / are correctly rounded, and the C++ is
-    built without contracting them into fused multiply-adds). Elsewhere
-    (InfiniRT ``cpu``) a rewrite runs InfiniOps' kernel, which rounds in its
-    own order: PyTorch's float32 tolerances."""
-    for g, w in zip(_outputs(got), _outputs(want), strict=True):
-        if BACKEND == "host":
-            assert_bitwise_equal(g, w)
-        else:
-            torch.testing.assert_close(g.cpu(), w)
-        assert g.stride() == w.stride()
-
-
-def _assert_within_inductor_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
-    """``got`` computed by Inductor's C++ where eager ran ATen's kernels:
-    Inductor's exp, cos and sin round differently in the last bit, and its
-    sums and means (a softmax's, a norm's, a backward's reductions) add in
-    another order. That moves results by a few float32 ulps of the largest
-    value (measured in this file: at most 4e-7 of it, in the training
-    step's gradients; 3.2e-7 in the transformers Llama's logits). Bounded at
-    2e-6 of the largest value: five times that, and far below the error of
-    the wrong rewrites this file guards against (swapped halves or a wrong
-    mask move values by 0.4 and more)."""
-    assert got.shape == want.shape and got.dtype == want.dtype
-    scale = float(want.abs().max()) if want.numel() else 0.0
-    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=2e-6 * scale)
-
-
-def _run(module: torch.nn.Module, *inputs: torch.Tensor) -> tuple[Any, Any]:
-    """``module`` compiled on infini and eager on the CPU, on the same inputs."""
-    dev = copy.deepcopy(module).to(DEVICE)
-    with torch.no_grad():
-        got = torch.compile(dev)(*(x.to(DEVICE) for x in inputs))
-        want = module(*inputs)
-    return got, want
-
-
-def _check_against_eager(
-    module: torch.nn.Module, *inputs: torch.Tensor, rewrites: PerBackend
-) -> None:
-    """The rewrites made are ``rewrites``, and the result is eager's (on
-    ``host`` bit for bit)."""
-    got, want = _run(module, *inputs)
-    assert _rewrites() == _expected(rewrites)
-    _assert_matches_eager(got, want)
-
-
-def _check_left_to_inductor(
-    module: torch.nn.Module, *inputs: torch.Tensor, rewrites: PerBackend = NOTHING
-) -> None:
-    """The rewrites made are ``rewrites`` (by default none), and the rest is
-    Inductor's C++: eager's result within Inductor's rounding. (Not bit for
-    bit with what Inductor compiles for the CPU either: the infini backend
-    fuses and vectorizes its own way, and a vectorized cos is not a scalar
-    one.)"""
-    got, want = _run(module, *inputs)
-    assert _rewrites() == _expected(rewrites)
-    for g, w in zip(_outputs(got), _outputs(want), strict=True):
-        _assert_within_inductor_rounding(g, w)
-        assert g.stride() == w.stride()
-
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.fn(*args)
-
 
 # ------------------------------------------------------------- the plain-nn Llama
 
@@ -207,25 +92,53 @@ def _models(llama: Any, layers: int = 2) -> tuple[torch.nn.Module, torch.nn.Modu
     return cpu, copy.deepcopy(cpu).to(DEVICE)
 
 
-# Two layers: each block has two RMSNorms (the second reads the residual sum;
-# no backend serves add_rms_norm natively, so the norm alone), then the final
-# one; one SwiGLU and one causal softmax per block; query and key rotated per
-# block (host only: InfiniOps' CPU build has no rotary_embedding).
+# Two layers: each block has two RMSNorms, then the final one: five; all but
+# the first read a residual sum (x + attention, x + MLP), which with its norm
+# becomes add_rms_norm where the backend serves it (host only: InfiniOps' CPU
+# build has none). One SwiGLU and one causal softmax per block; query and key
+# rotated per block (host only: InfiniOps' CPU build has no rotary_embedding).
 LLAMA_2_LAYERS: PerBackend = {
+    "host": {
+        "rms_norm": 1,
+        "add_rms_norm": 4,
+        "swiglu": 2,
+        "causal_softmax": 2,
+        "rotary_embedding": 4,
+    },
+    "cpu": {"rms_norm": 5, "swiglu": 2, "causal_softmax": 2},
+}
+# The same with every norm an rms_norm (add_rms_norm not served).
+LLAMA_2_LAYERS_NORMS_ALONE: PerBackend = {
     "host": {"rms_norm": 5, "swiglu": 2, "causal_softmax": 2, "rotary_embedding": 4},
     "cpu": {"rms_norm": 5, "swiglu": 2, "causal_softmax": 2},
 }
 
 
+@contextlib.contextmanager
+def _norms_alone() -> Iterator[None]:
+    """add_rms_norm served nowhere: a residual sum's norm is rms_norm alone.
+    add_rms_norm multiplies by the weight before the inverse RMS (InfiniOps'
+    AddRmsNorm), nn.RMSNorm after it, so its rewrite leaves eager's last
+    bit; without it, a graph whose every reduction was rewritten gives
+    eager's bits on host, which checks every other rewrite exactly."""
+    real = _graph._served_dtypes
+
+    def without_add_rms_norm(name: str) -> tuple[torch.dtype, ...]:
+        return () if name == "infini::add_rms_norm" else real(name)
+
+    with mock.patch.object(_graph, "_served_dtypes", without_add_rms_norm):
+        yield
+
+
 def _check_plain_llama_forward_rewrites_each_pattern() -> None:
     """The plain Llama's forward compiled: each pattern a fused call (the
     rotary embedding where the backend serves it), with eager's results."""
-    with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
+    with _norms_alone(), _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
         cpu, dev = _models(llama, layers=2)
         tokens = torch.randint(0, 14, (2, 8))
         got = torch.compile(dev)(tokens.to(DEVICE))
         want = cpu(tokens)
-    assert _rewrites() == _expected(LLAMA_2_LAYERS)
+    assert _rewrites() == _expected(LLAMA_2_LAYERS_NORMS_ALONE)
     code = "\n".join(codes)
     for op in ("rms_norm", "swiglu", "causal_softmax"):
         assert f"torch.ops.infini.{op}.default" in code, op
@@ -237,6 +150,22 @@ def _check_plain_llama_forward_rewrites_each_pattern() -> None:
 
 def test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu() -> None:
     _check_plain_llama_forward_rewrites_each_pattern()
+
+
+def test_plain_llama_residual_norms_become_add_rms_norm_where_served() -> None:
+    """By default (add_rms_norm as the backend serves it) each residual
+    sum's norm is one add_rms_norm call: eager's result within the two
+    products' other order (a few float32 ulps per norm, carried through the
+    blocks' matmuls: within the bound of Inductor's rounding)."""
+    with _plain_llama() as llama, torch.no_grad(), _wrapper_code() as codes:
+        cpu, dev = _models(llama, layers=2)
+        tokens = torch.randint(0, 14, (2, 8))
+        got = torch.compile(dev)(tokens.to(DEVICE))
+        want = cpu(tokens)
+    assert _rewrites() == _expected(LLAMA_2_LAYERS)
+    fused = "torch.ops.infini.add_rms_norm.default" in "\n".join(codes)
+    assert fused == {"host": True, "cpu": False}[BACKEND]
+    _assert_within_inductor_rounding(got, want)
 
 
 def test_plain_llama_rewrites_what_infinirt_cpu_serves() -> None:
@@ -278,19 +207,25 @@ def test_plain_llama_generation_with_a_cache_rewrites_the_causal_softmax() -> No
     assert got_tokens == want_tokens
     # Three graphs: the prompt (s == t == 6), the first step (s = 1, t = 7)
     # and, from the second step on, one with the cache length symbolic.
-    # Each has 3 norms, a SwiGLU and 2 rotations; the static two rewrite
-    # their masked softmax, the symbolic one cannot evaluate its mask.
+    # Each has 3 norms (two of a residual sum: add_rms_norm where served), a
+    # SwiGLU and 2 rotations; the static two rewrite their masked softmax,
+    # the symbolic one cannot evaluate its mask.
     assert _rewrites() == _expected(
         {
-            "host": {"rms_norm": 9, "swiglu": 3, "causal_softmax": 2, "rotary_embedding": 6},
+            "host": {
+                "rms_norm": 3,
+                "add_rms_norm": 6,
+                "swiglu": 3,
+                "causal_softmax": 2,
+                "rotary_embedding": 6,
+            },
             "cpu": {"rms_norm": 9, "swiglu": 3, "causal_softmax": 2},
         }
     )
-    # The margins (top-1 minus top-2 logit) of the static graphs are eager's
-    # bits; the symbolic graph's softmax is Inductor's (logits of about 2,
-    # measured 2e-7 apart).
-    if BACKEND == "host":
-        assert got_margins[:2] == want_margins[:2]
+    # The margins (top-1 minus top-2 logit): the symbolic graph's softmax is
+    # Inductor's, add_rms_norm's products are in its own order (logits of
+    # about 2, measured 2e-7 apart). Eager's bits where neither is:
+    # test_plain_llama_forward_rewrites_each_pattern_and_matches_cpu.
     assert got_margins == pytest.approx(want_margins, rel=0, abs=2e-6)
 
 
@@ -338,7 +273,12 @@ def test_dynamic_shapes_one_compile_rewrites_norms_and_activations() -> None:
             tokens = torch.randint(0, 14, (batch, length))
             _assert_within_inductor_rounding(compiled(tokens.to(DEVICE)), cpu(tokens))
     assert counters["stats"]["unique_graphs"] == 1
-    assert _rewrites() == _expected(_everywhere({"rms_norm": 3, "swiglu": 1}))
+    assert _rewrites() == _expected(
+        {
+            "host": {"rms_norm": 1, "add_rms_norm": 2, "swiglu": 1},
+            "cpu": {"rms_norm": 3, "swiglu": 1},
+        }
+    )
 
 
 def test_training_step_gradients_match_cpu() -> None:
@@ -478,8 +418,9 @@ class _AddNorm(torch.nn.Module):
 
 @contextlib.contextmanager
 def _add_rms_norm_served() -> Iterator[None]:
-    """add_rms_norm has no native kernel on any backend yet: claiming one
-    shows the rewrite (the operator then runs in the CPU fallback)."""
+    """add_rms_norm served in float32 on every backend (host serves it,
+    InfiniRT ``cpu`` does not: claiming it there shows the rewrite too, the
+    operator then running in the CPU fallback)."""
     real = _graph._served_dtypes
 
     def claims_add_rms_norm(name: str) -> tuple[torch.dtype, ...]:
@@ -741,249 +682,6 @@ def test_a_mask_from_an_input_is_not_rewritten() -> None:
 
     causal_blocked = torch.ones(6, 6, dtype=torch.bool).triu(1)
     _check_left_to_inductor(_Fn(masked), torch.randn(3, 6, 6), causal_blocked)
-
-
-# ------------------------------------------------------------------------ rotary
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _rotate_half_the_other_way(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((x[..., half:], -x[..., :half]), dim=-1)
-
-
-class _RotateHalfAttentionInput(torch.nn.Module):
-    """transformers' rotary embedding: q [b, heads, t, d] from a projection,
-    cos and sin of ``cat((freqs, freqs), -1)`` [b, t, d] per position id, or
-    tables the caller passes (which may be anything). ``second_half`` scales
-    the angles of the tables' second half (1: a rotation), ``rotate`` turns
-    the halves (transformers' rotate_half, or the sign on the other half)."""
-
-    def __init__(
-        self,
-        heads: int = 3,
-        d: int = 8,
-        second_half: float = 1.0,
-        rotate: Callable[[torch.Tensor], torch.Tensor] = _rotate_half,
-    ) -> None:
-        super().__init__()
-        self.heads, self.d = heads, d
-        self.second_half, self.rotate = second_half, rotate
-        self.proj = torch.nn.Linear(16, heads * d, bias=False)
-        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d))
-
-    def forward(
-        self, h: torch.Tensor, positions: torch.Tensor, tables: tuple | None = None
-    ) -> torch.Tensor:
-        b, t, _ = h.shape
-        q = self.proj(h).view(b, t, self.heads, self.d).transpose(1, 2)
-        if tables is None:
-            freqs = positions[:, :, None].float() * self.inv_freq
-            second = freqs if self.second_half == 1.0 else freqs * self.second_half
-            emb = torch.cat((freqs, second), dim=-1)
-            cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)
-        else:
-            cos, sin = tables
-        return q * cos + self.rotate(q) * sin
-
-
-ROTARY_ONCE: PerBackend = {"host": {"rotary_embedding": 1}, "cpu": {}}
-
-_POSITIONS = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
-
-
-def test_rotate_half_with_tables_that_repeat_their_halves_is_rotary_embedding() -> None:
-    """The tables are Inductor's cos and sin of the angles."""
-    torch.manual_seed(0)
-    _check_left_to_inductor(
-        _RotateHalfAttentionInput(), torch.randn(2, 5, 16), _POSITIONS, rewrites=ROTARY_ONCE
-    )
-
-
-@pytest.mark.parametrize(
-    "changed",
-    [{"second_half": 2.0}, {"rotate": _rotate_half_the_other_way}],
-    ids=["tables whose halves differ", "rotate_half with the sign on x1"],
-)
-def test_rotate_half_that_is_no_rotation_by_the_tables_is_not_rewritten(
-    changed: dict[str, Any],
-) -> None:
-    """cos and sin of ``cat((f, 2 f))`` turn the pairs (j, j + h) by two
-    angles; ``cat((x2, -x1))`` turns them by minus the angle. Neither is
-    what rotary_embedding computes."""
-    torch.manual_seed(0)
-    module = _RotateHalfAttentionInput(**changed)
-    _check_left_to_inductor(module, torch.randn(2, 5, 16), _POSITIONS)
-
-
-def _rotate_half_by_repeated_halves(
-    q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, second_cos: torch.Tensor
-) -> torch.Tensor:
-    """transformers' form with tables ``cat((c, c))`` built in the graph
-    from halves computed outside it ([b, 1, t, d / 2]): no cos or sin in the
-    graph, so a rewrite gives eager's bits."""
-    big_cos, big_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    return q * big_cos + _rotate_half(q) * big_sin
-
-
-def _rotate_half_the_other_way_by_repeated_halves(
-    q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, second_cos: torch.Tensor
-) -> torch.Tensor:
-    big_cos, big_sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    return q * big_cos + _rotate_half_the_other_way(q) * big_sin
-
-
-def _rotate_half_by_halves_that_differ(
-    q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, second_cos: torch.Tensor
-) -> torch.Tensor:
-    big_cos, big_sin = torch.cat((cos, second_cos), -1), torch.cat((sin, sin), -1)
-    return q * big_cos + _rotate_half(q) * big_sin
-
-
-def _repeated_halves_inputs() -> tuple[torch.Tensor, ...]:
-    torch.manual_seed(0)
-    angles = torch.outer(torch.arange(5).float(), torch.rand(4)).expand(2, 1, 5, 4)
-    other = torch.outer(torch.arange(5).float(), torch.rand(4)).expand(2, 1, 5, 4)
-    return torch.randn(2, 3, 5, 8), angles.cos(), angles.sin(), other.cos()
-
-
-def test_rotate_half_by_tables_that_repeat_their_halves_is_rotary_embedding_bit_for_bit() -> None:
-    _check_against_eager(
-        _Fn(_rotate_half_by_repeated_halves), *_repeated_halves_inputs(), rewrites=ROTARY_ONCE
-    )
-
-
-@pytest.mark.parametrize(
-    "not_a_rotation",
-    [_rotate_half_the_other_way_by_repeated_halves, _rotate_half_by_halves_that_differ],
-    ids=["the sign on x1", "cos halves that differ"],
-)
-def test_rotate_half_that_is_no_rotation_is_not_rewritten_bit_for_bit(
-    not_a_rotation: Callable[..., torch.Tensor],
-) -> None:
-    """``cat((x2, -x1))`` turns the pairs by minus the angle; a cos table
-    whose halves differ turns them by two angles (a rewrite would read the
-    first half only)."""
-    _check_against_eager(_Fn(not_a_rotation), *_repeated_halves_inputs(), rewrites=NOTHING)
-
-
-def test_rotate_half_with_tables_from_inputs_is_not_rewritten() -> None:
-    """Tables the graph receives need not repeat their halves: x * C +
-    rotate_half(x) * S is then no rotation, and stays as written."""
-    torch.manual_seed(0)
-    module = _RotateHalfAttentionInput()
-    h, positions = torch.randn(2, 5, 16), torch.arange(5).expand(2, 5)
-    cos, sin = torch.randn(2, 1, 5, 8), torch.randn(2, 1, 5, 8)
-    dev = copy.deepcopy(module).to(DEVICE)
-    with torch.no_grad():
-        got = torch.compile(dev)(
-            h.to(DEVICE), positions.to(DEVICE), (cos.to(DEVICE), sin.to(DEVICE))
-        )
-        want = module(h, positions, (cos, sin))
-    assert _rewrites() == _expected(NOTHING)
-    _assert_matches_eager(got, want)
-
-
-def _rotate_by_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-
-def test_a_3d_rotation_by_halves_is_rotary_embedding() -> None:
-    """[heads, t, d] (no batch), tables [t, d / 2]; the result keeps the
-    layout the decomposition gives (contiguous)."""
-    torch.manual_seed(0)
-    angles = torch.outer(torch.arange(6).float(), torch.rand(4))
-    x = torch.randn(6, 3, 8).transpose(0, 1)  # [heads, t, d], not contiguous
-    _check_against_eager(
-        _Fn(_rotate_by_halves), x, angles.cos(), angles.sin(), rewrites=ROTARY_ONCE
-    )
-
-
-class _LlamaRope(torch.nn.Module):
-    """The Llama example's rotary embedding (its ``rope_tables`` and
-    ``apply_rope``) on query and key projections."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        llama = llama_example()
-        self.cfg = llama.Config()
-        self.apply_rope = llama.apply_rope
-        self.q = torch.nn.Linear(self.cfg.dim, self.cfg.dim, bias=False)
-        self.k = torch.nn.Linear(self.cfg.dim, self.cfg.dim, bias=False)
-        cos, sin = llama.rope_tables(self.cfg)
-        self.register_buffer("cos", cos)
-        self.register_buffer("sin", sin)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, _ = x.shape
-        heads, d = self.cfg.heads, self.cfg.head_dim
-        q = self.q(x).view(b, t, heads, d).transpose(1, 2)
-        k = self.k(x).view(b, t, heads, d).transpose(1, 2)
-        cos, sin = self.cos[:t], self.sin[:t]
-        return self.apply_rope(q, cos, sin), self.apply_rope(k, cos, sin)
-
-
-def test_the_llama_examples_rotary_embedding_is_rewritten() -> None:
-    torch.manual_seed(0)
-    module = _LlamaRope()
-    x = torch.randn(2, 9, module.cfg.dim)
-    with _wrapper_code() as codes:
-        _check_against_eager(module, x, rewrites={"host": {"rotary_embedding": 2}, "cpu": {}})
-    rotary = "torch.ops.infini.rotary_embedding_functional.default" in "\n".join(codes)
-    assert rotary == {"host": True, "cpu": False}[BACKEND]
-
-
-def _sign_flipped(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
-
-
-def _cos_and_sin_exchanged(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * sin + x1 * cos), dim=-1)
-
-
-def _halves_exchanged(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x2 * cos - x1 * sin, x1 * cos + x2 * sin), dim=-1)
-
-
-def _the_first_half_twice(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos - x2 * sin, x1 * cos + x1 * sin), dim=-1)
-
-
-@pytest.mark.parametrize(
-    "not_a_rotation",
-    [_sign_flipped, _cos_and_sin_exchanged, _halves_exchanged, _the_first_half_twice],
-    ids=lambda f: f.__name__.strip("_"),
-)
-def test_halves_that_are_not_rotated_by_the_angle_are_not_rewritten(
-    not_a_rotation: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-) -> None:
-    """The rotation by minus the angle, cos and sin exchanged in the second
-    half, the halves' roles exchanged, the first half where the second goes."""
-    torch.manual_seed(0)
-    angles = torch.outer(torch.arange(6).float(), torch.rand(4))
-    x = torch.randn(2, 3, 6, 8)
-    _check_against_eager(_Fn(not_a_rotation), x, angles.cos(), angles.sin(), rewrites=NOTHING)
-
-
-def test_tables_that_vary_over_heads_are_not_rewritten() -> None:
-    """The kernel turns every head of a token by one angle."""
-    angles = torch.rand(2, 3, 5, 4)  # [b, heads, t, d / 2]
-    x = torch.randn(2, 3, 5, 8)
-    _check_against_eager(_Fn(_rotate_by_halves), x, angles.cos(), angles.sin(), rewrites=NOTHING)
 
 
 # ----------------------------------------------------------------------- the mode

@@ -27,7 +27,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch_infini
-from infini_testing import assert_bitwise_equal
+
+# Run as a script (by torchrun or a subprocess): the test library of
+# tests/python is one folder up.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from infini_testing import assert_bitwise_equal  # noqa: E402
 
 CPU = torch.device("cpu")
 Results = list[dict[str, Any]]
@@ -544,7 +548,7 @@ def job_ddp(out: Path) -> None:
     job = Job(out)
     job.extra["backend"] = str(dist.get_backend())
     rank, world = job.rank, job.world
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
     import llama  # the main job's model
 
     def mlp() -> torch.nn.Module:

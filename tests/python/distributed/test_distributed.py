@@ -177,7 +177,7 @@ def test_ddp_benchmark_runs_and_reports(tmp_path: Path) -> None:
     """benchmarks/ddp.py (torchrun, 2 processes) checks DDP on infini against
     DDP on the CPU before timing, and reports a ratio per case."""
     out = tmp_path / "ddp.json"
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "ddp.py"
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "ddp.py"
     proc = subprocess.run(
         [
             sys.executable,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infini_testing import describe, run_python
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 SCRIPT = f"""
 import gc, json, sys

@@ -19,7 +19,7 @@ import torch_infini
 from infini_testing import llama_example
 from torch.utils._python_dispatch import TorchDispatchMode
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "llama.py"
 DEVICE = torch.device("infini", 0)
 
 

@@ -22,7 +22,7 @@ import torch
 import torch_infini
 from infini_testing import describe, run_python
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ENTRY_POINT = "torch_infini_autoload:load"
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch_infini
 from infini_testing import has_async_host, inductor_serves_infini
 
-RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
+RUN = Path(__file__).resolve().parents[3] / "benchmarks" / "run.py"
 
 CASES = {
     "overhead: add 1 element": ("time", "<= 1.5"),

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_run_report.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "gpu_run_report.py"
 
 SUMMARY = """# GPU run, 2026-12-06 10:00 UTC
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import check_layers  # tools/, on sys.path (conftest.py)
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from infini_testing import build_cmake_probe, configure_cmake_probe
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PINNED = ["Cpu", "Nvidia", "Cambricon", "Ascend", "Metax", "Moore", "Iluvatar", "Hygon"]
 HEAD = [*PINNED, "Thead", "Mars"]
 

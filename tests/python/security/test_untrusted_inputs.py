@@ -10,7 +10,7 @@ failed resize_ once left a tensor larger than its storage. Each is refused
 with the error the CPU (sizes, offsets) or torch.cuda (device indices)
 raises, and leaves memory and the tensor as they were. Cases that corrupted
 memory run in a subprocess, so a regression fails a test instead of the
-pytest worker. tests/python/test_untrusted_fuzz.py draws many more.
+pytest worker. tests/python/security/test_untrusted_fuzz.py draws many more.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ bits (sampled where a tensor has many elements); a refused call leaves the
 infini tensor as it was. Run as a script it prints one line per case before
 running it (so a crash names its case) and a JSON summary last:
 
-    python tests/python/untrusted_fuzz.py --seed 0 --cases 3000
+    python tests/python/security/untrusted_fuzz.py --seed 0 --cases 3000
 
 test_untrusted_fuzz.py runs it in a subprocess; ci/sanitize.sh runs it
 under ASan + UBSan.

@@ -20,7 +20,7 @@
 // * kComplexNanSum: CUDA's nansum of complex numbers: an element with a NaN
 //   part adds zero (the CPU refuses complex nansum).
 //
-// Found by tests/python/test_fallback_cuda_dtypes.py: every (OpInfo, dtype)
+// Found by tests/python/ops/fallback/test_fallback_cuda_dtypes.py: every (OpInfo, dtype)
 // of op_db that CUDA declares and the CPU does not.
 #include <ATen/Dispatch.h>
 #include <ATen/TensorOperators.h>

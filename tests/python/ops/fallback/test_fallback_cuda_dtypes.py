@@ -54,7 +54,7 @@ import torch
 import torch_infini
 from infini_testing import assert_bitwise_equal
 from op_coverage import load_op_db, opinfo_id
-from op_db_sweep import REFUSALS, _Mover
+from op_db_engine import REFUSALS, Mover
 from op_helpers import runs_cpu_kernels
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -347,7 +347,7 @@ def test_cuda_only_dtype_gives_cudas_answer(opinfo: Any, dtype: torch.dtype) -> 
     for index, sample in enumerate(first_samples(opinfo, dtype, MAX_SAMPLES)):
         where = f"{opinfo_id(opinfo)} {dtype} sample {index}"
         expected, exact = cuda_answer(opinfo, sample, dtype)
-        mover = _Mover(DEVICE)
+        mover = Mover(DEVICE)
         args = mover.value((sample.input, *sample.args))
         kwargs = mover.value(dict(sample.kwargs))
         try:
@@ -399,7 +399,7 @@ def test_cuda_only_dtype_backward(opinfo: Any, dtype: torch.dtype) -> None:
             )  # fmt: skip
         if not leaves or not outputs:
             continue
-        mover = _Mover(DEVICE)
+        mover = Mover(DEVICE)
         try:
             args = mover.value(call)
             kwargs = mover.value(dict(sample.kwargs))

@@ -52,7 +52,7 @@ from infini_testing import (
     requires_two_devices,
 )
 from op_coverage import load_op_db, opinfo_id
-from op_db_sweep import _Mover, seeds_random
+from op_db_engine import Mover, seeds_random
 
 DEVICE = torch.device("infini", 0)
 
@@ -186,7 +186,7 @@ def test_out_on_the_cpu_raises(opinfo: Any, dtype: torch.dtype) -> None:
     if outs is None:
         pytest.fail(f"{opinfo_id(opinfo)} returns {type(expected).__name__}: not an out= operator")
     single = isinstance(expected, torch.Tensor)
-    mover = _Mover(DEVICE)
+    mover = Mover(DEVICE)
     args = mover.value((sample.input, *sample.args))
     kwargs = mover.value(dict(sample.kwargs))
 

@@ -31,7 +31,7 @@ from infini_testing import fallback_off
 from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu, runs_cpu_kernels
 from torch_infini._operators import declarations
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 # Dtypes probed for a refusal, in this order: InfiniOps' dtypes, then two it lacks.
 CANDIDATES = (

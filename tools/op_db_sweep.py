@@ -1,45 +1,16 @@
 """The op_db sweep: every OpInfo of PyTorch's op_db, run on infini and compared with the CPU.
 
     python tools/op_db_sweep.py --markdown build/reports/op_db.md --json build/reports/op_db.json
-        [--max-samples N] [--jobs J] [--timeout SECONDS] [--only REGEX]
+        [--max-samples N] [--jobs J] [--timeout SECONDS] [--only REGEX] [--staged]
 
-For every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db``
-and each of its dtypes (``select_dtypes``: float32, float16 or bfloat16, one
-integer dtype, where the OpInfo supports them on the CPU), the OpInfo's
-samples are generated on the CPU and each one runs twice: on the CPU (the
-oracle) and on a copy on ``infini`` (same sizes, strides, storage offsets and
-storage sharing). With the CPU fallback's default policy, every sample must
-
-* match: the same results as the CPU (nested outputs, Python scalars, and
-  the inputs after the call, which catches wrong writes) -- bit for bit
-  where the CPU's own kernel ran (the fallback, every kernel of the ``host``
-  backend), with the OpInfo's tolerances where an InfiniOps kernel ran
-  (widened for float16/bfloat16 kernels and TF32 GEMMs as
-  test_op_conformance.py does);
-  where the CPU raises, infini raises the same exception type;
-* or be refused: NotImplementedError for one of the documented ``REFUSALS``.
-
-Anything else is ``wrong`` (values, dtype, shape, strides or device differ),
-``error`` (another exception where the CPU succeeded), ``crash`` or ``hang``
-(the sweep runs OpInfos in worker processes and classifies a dying or
-stuck worker). Backward runs for float32 wherever the OpInfo supports
-autograd: the gradients of every input that requires grad, for fixed
-output gradients generated on the CPU.
-
-Exempt from value comparison, and only from that (the geometry is still
-compared): results PyTorch leaves uninitialised (``empty*``,
-``new_empty*``) and samples that draw random numbers on the CPU (the CPU
-generator's state changes across the oracle's call, or across one of its
-operators where op_db's ``wrapper_set_seed`` restores the state). On
-infini, random operators are refused anyway (no CPU generator stands in
-for a device generator).
-
-The report counts match / refused by reason / wrong / error / crash / hang,
+The command line of the test library that does the work
+(tests/python/op_db_engine.py, whose docstring says what is compared and
+how; op_db_workers.py runs it in worker processes): this file writes the
+report. It counts match / refused by reason / wrong / error / crash / hang,
 forward and backward, and how many samples ran natively or used the CPU
-fallback (``torch_infini.cpu_fallback.stats()`` before and after). It
-never fails on results; it exits with status 2 when it cannot be generated.
-The engine is the test library tests/python/op_db_engine.py;
-tests/conformance/test_op_db.py runs the same checks, bounded, under pytest.
+fallback. It never fails on results; it exits with status 2 when it cannot
+be generated. tests/conformance/test_op_db.py runs the same checks, bounded,
+under pytest.
 """
 
 from __future__ import annotations

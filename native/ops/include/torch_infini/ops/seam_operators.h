@@ -108,16 +108,22 @@
 //
 // What each computes (every view of the output's dtype, on one device):
 //   gelu        out = gelu(x), exact (erf) or, with `tanh`, PyTorch's tanh
-//               approximation; out and x of one shape, any strides
+//               approximation; out and x of one shape, any strides.
+//               InfiniOps' Gelu takes PyTorch's argument ("none", "tanh")
 //   softmax     out = softmax(x) over `dim` (0 <= dim < x.dim()); out and x
-//               of one shape and dtype, at least 1-D, any strides
+//               of one shape and dtype, at least 1-D, any strides. No dtype
+//               argument to InfiniOps: out has x's dtype (the bridge
+//               refuses half_to_float)
 //   rmsNorm     over the last dimension; x and out 2-D or 3-D, contiguous
 //   siluAndMul, swiglu  (fused/activations.cpp has their definitions):
 //               computed in float (double for float64), rounded once to the
 //               output's dtype. x is [..., 2h] and out [..., h]; for swiglu
-//               all three share one shape
+//               all three share one shape. InfiniOps' Swiglu is deprecated
+//               for SiluAndMul (one input holding both halves); the
+//               two-tensor form is what swiglu(input, gate) means
 //   causalSoftmax  x and out [s, t] or [b, s, t], s <= t: row i keeps
-//               columns j <= t - s + i
+//               columns j <= t - s + i. Deprecated at the InfiniOps heads
+//               (docs/stack_versions.md), with no successor yet
 //   embedding   aten::embedding's forward: out [N, D] = the rows of weight
 //               [V, D] (any strides) that indices [N] (int32 or int64,
 //               contiguous) name, each in [0, V) (the bridge checked:
@@ -133,8 +139,10 @@
 //               dtype, out = (residual_out * weight) * rsqrt(mean(
 //               residual_out^2, -1) + eps) in float, rounded once; all five
 //               2-D or 3-D of one shape (weight [hidden]) and dtype,
-//               contiguous. The host runs a loop of its own with the
-//               definition's bits (providers/host/fused_loops.h)
+//               contiguous. InfiniOps' AddRmsNorm is deprecated for
+//               FusedAddRmsNorm, which multiplies in the other order. The
+//               host runs a loop of its own with the definition's bits
+//               (providers/host/fused_loops.h)
 #define TORCH_INFINI_SEAM_KERNELS(K) \
   K(Gelu, gelu, kCounted, (const TensorRef& out, const TensorRef& x, bool tanh), (out, x, tanh), \
     (view(x), std::string(tanh ? "tanh" : "none"), view(out)), \

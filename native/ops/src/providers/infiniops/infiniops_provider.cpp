@@ -110,7 +110,7 @@ struct BuiltClass {
   static constexpr bool kBuilt = false;
 };
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax, AddRmsNorm
 #define TORCH_INFINI_INSTANTIATED(seam, infiniops_class) \
   template <>                                            \
   struct BuiltClass<SeamOp::seam> {                      \
@@ -311,7 +311,7 @@ class InfiniOpsKernels final : public KernelProvider {
   // (seam_operators.h): the row's class called with the entry's arguments,
   // or unavailable() where the installed library does not build it.
 #pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // Swiglu, CausalSoftmax, AddRmsNorm
 #define TORCH_INFINI_INFINIOPS_METHOD(enumerator, method, launch, parameters, arguments, call, \
                                       host_kernel)                                             \
   void method(TORCH_INFINI_UNPAREN parameters, runtime::StreamHandle stream) override {        \

@@ -127,54 +127,57 @@ REDUCED_DTYPES = (torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 UNSIGNED_DTYPES = (torch.uint16, torch.uint32, torch.uint64)
 
-# (operator, dtype) pairs the suite expects an infini kernel for, on every
-# backend it runs on, except as ``kernel_dtypes`` says.
-KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
-    "add": FLOAT_DTYPES + INT_DTYPES,
-    "sub": FLOAT_DTYPES + INT_DTYPES,
-    "mul": FLOAT_DTYPES + INT_DTYPES,
-    "relu": FLOAT_DTYPES + INT_DTYPES,
-    "silu": FLOAT_DTYPES,
-    "sigmoid": FLOAT_DTYPES,
-    "gelu": FLOAT_DTYPES,
-    # InfiniOps' gemm and rms_norm compute in float: no float64
-    "mm": REDUCED_DTYPES + (torch.float32,),
-    "bmm": REDUCED_DTYPES + (torch.float32,),
-    "addmm": REDUCED_DTYPES + (torch.float32,),
-    "rms_norm": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' softmax computes in float: no float64
-    "_softmax": REDUCED_DTYPES + (torch.float32,),
-    "cat": FLOAT_DTYPES + INT_DTYPES + UNSIGNED_DTYPES,
-    "infini::silu_and_mul": FLOAT_DTYPES,
-    "infini::swiglu": FLOAT_DTYPES,
-    # InfiniOps' causal_softmax computes in float: no float64
-    "infini::causal_softmax": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' rotary_embedding takes float32 and the half types
-    "infini::rotary_embedding": REDUCED_DTYPES + (torch.float32,),
-    "infini::rotary_embedding_functional": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' fused_add_rms_norm takes float32 and the half types
-    "infini::fused_add_rms_norm": REDUCED_DTYPES + (torch.float32,),
-    # and its add_rms_norm (AddRmsNorm) the same
-    "infini::add_rms_norm": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' embedding takes float32 and half-type weights
-    "embedding": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' topk_softmax takes float32 and half-type gating outputs
-    "infini::topk_softmax": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' reshape_and_cache_flash writes float32 and half-type caches
-    "infini::reshape_and_cache_flash": REDUCED_DTYPES + (torch.float32,),
-    # InfiniOps' paged attention takes the half types only
-    "infini::paged_attention": REDUCED_DTYPES,
-    # InfiniOps' convolution takes float32 and the half types (accumulating in float)
-    "convolution": REDUCED_DTYPES + (torch.float32,),
-}
+# The declarations of the kernel seam (seam_operators.h's rows, as the
+# library was built with them): (operator, InfiniOps class, device type,
+# dtype, refused on that InfiniRT device type because, refused on host because).
+_DECLARATIONS = torch_infini._C._declarations()
+_DTYPE_ORDER = FLOAT_DTYPES + INT_DTYPES + UNSIGNED_DTYPES + (torch.bool,)
 
-# InfiniOps implements these on accelerators only: host serves them (in
-# their accelerator dtypes, with the CPU's kernels), InfiniRT ``cpu`` not.
-_NONE_ON_INFINIRT_CPU = frozenset(
-    {
+
+def _seam_operator(op: str) -> str:
+    """The kernel seam's operator that serves ``op`` (a KERNEL_DTYPES key),
+    as the operator table names it."""
+    name = op if op.startswith("infini::") else f"aten::{op}"
+    kernels = {info.kernel for info in torch_infini.operators() if info.name.split(".")[0] == name}
+    assert len(kernels) == 1, f"{op}: served by {sorted(kernels)} in the operator table"
+    return kernels.pop()
+
+
+def _host_dtypes(op: str) -> tuple[torch.dtype, ...]:
+    """The dtypes ``host`` has an ``op`` kernel for, from its seam
+    operator's row: InfiniOps' ``cpu`` column (or, for an operator InfiniOps
+    implements on accelerators only, every column), less what host refuses
+    (float64 where InfiniOps computes in float, unsigned arithmetic the CPU
+    has no kernel for: ``seam/declared_support.cpp``)."""
+    seam = _seam_operator(op)
+    rows = [row for row in _DECLARATIONS if row[0] == seam]
+    on_cpu = any(row[2] == "cpu" for row in rows)
+    served = {row[3] for row in rows if (row[2] == "cpu" or not on_cpu) and row[5] is None}
+    return tuple(d for d in _DTYPE_ORDER if c10_name(d) in served)
+
+
+# The operators the suite expects an infini kernel for, with the dtypes of
+# each: their seam rows' (one list: seam_operators.h), on every backend it
+# runs on except as ``kernel_dtypes`` says.
+KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    op: _host_dtypes(op)
+    for op in (
+        "add",
+        "sub",
+        "mul",
+        "relu",
+        "silu",
         "sigmoid",
         "gelu",
+        "mm",
+        "bmm",
+        "addmm",
+        "rms_norm",
         "_softmax",
+        "cat",
+        "infini::silu_and_mul",
+        "infini::swiglu",
+        "infini::causal_softmax",
         "infini::rotary_embedding",
         "infini::rotary_embedding_functional",
         "infini::fused_add_rms_norm",
@@ -184,7 +187,18 @@ _NONE_ON_INFINIRT_CPU = frozenset(
         "infini::reshape_and_cache_flash",
         "infini::paged_attention",
         "convolution",
-    }
+    )
+}
+
+
+# InfiniOps implements these on accelerators only (their rows in
+# seam_operators.h name no ``cpu`` device type; on a real stack
+# test_declared_support.py holds the rows to InfiniOps itself): host serves
+# them (in their accelerator dtypes, with the CPU's kernels), InfiniRT
+# ``cpu`` not.
+_ON_INFINIOPS_CPU = frozenset(row[0] for row in _DECLARATIONS if row[2] == "cpu")
+_NONE_ON_INFINIRT_CPU = frozenset(
+    op for op in KERNEL_DTYPES if _seam_operator(op) not in _ON_INFINIOPS_CPU
 )
 
 # InfiniRT's CPU device converts float -> float16 by truncating the mantissa

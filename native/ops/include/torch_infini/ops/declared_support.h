@@ -8,9 +8,10 @@
 // inside its sources, not in the installed headers; so they are written down
 // once, in the seam's rows (seam_operators.h), as a snapshot of the pinned
 // commit. The host provider declares exactly the snapshot's `cpu` column, so
-// what is native in CI is what is native on InfiniRT `cpu`; tests/python/ops/seam/test_declared_support.py
-// runs every declared pair (and refuses one undeclared pair per operator) on whichever backend is
-// selected, which checks the snapshot against a real stack.
+// what is native in CI is what is native on InfiniRT `cpu`;
+// tests/python/ops/seam/test_declared_support.py runs every declared pair (and refuses one
+// undeclared pair per operator) on whichever backend is selected, which checks the snapshot against
+// a real stack.
 #pragma once
 
 #include <c10/core/ScalarType.h>

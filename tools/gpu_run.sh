@@ -225,7 +225,8 @@ cat "$OUT/vs_cuda.md" >>"$SUMMARY" 2>/dev/null
 
 # ---------------------------------------------------------------- tests
 TESTS=(
-  tests/python/ops/aten/test_ops_elementwise.py tests/python/ops/aten/test_ops_matmul.py tests/python/ops/aten/test_ops_activation.py
+  tests/python/ops/aten/test_ops_elementwise.py tests/python/ops/aten/test_ops_elementwise_scalars.py
+  tests/python/ops/aten/test_ops_matmul.py tests/python/ops/aten/test_ops_activation.py
   tests/python/ops/aten/test_ops_norm.py tests/python/ops/aten/test_ops_cat.py tests/python/ops/aten/test_ops_fill.py
   tests/python/ops/aten/test_copy.py tests/python/runtime/test_streams_events.py tests/python/runtime/test_memory.py
   tests/python/runtime/test_record_stream.py tests/python/runtime/test_pinned_memory.py

@@ -115,19 +115,25 @@ LLAMA_2_LAYERS_NORMS_ALONE: PerBackend = {
 
 
 @contextlib.contextmanager
-def _norms_alone() -> Iterator[None]:
+def _add_rms_norm_serving(dtypes: tuple[torch.dtype, ...]) -> Iterator[None]:
+    """The graph passes see add_rms_norm served in exactly ``dtypes``; every
+    other operator as the backend serves it."""
+    real = _graph._served_dtypes
+
+    def served(name: str) -> tuple[torch.dtype, ...]:
+        return dtypes if name == "infini::add_rms_norm" else real(name)
+
+    with mock.patch.object(_graph, "_served_dtypes", served):
+        yield
+
+
+def _norms_alone() -> contextlib.AbstractContextManager[None]:
     """add_rms_norm served nowhere: a residual sum's norm is rms_norm alone.
     add_rms_norm multiplies by the weight before the inverse RMS (InfiniOps'
     AddRmsNorm), nn.RMSNorm after it, so its rewrite leaves eager's last
     bit; without it, a graph whose every reduction was rewritten gives
     eager's bits on host, which checks every other rewrite exactly."""
-    real = _graph._served_dtypes
-
-    def without_add_rms_norm(name: str) -> tuple[torch.dtype, ...]:
-        return () if name == "infini::add_rms_norm" else real(name)
-
-    with mock.patch.object(_graph, "_served_dtypes", without_add_rms_norm):
-        yield
+    return _add_rms_norm_serving(())
 
 
 def _check_plain_llama_forward_rewrites_each_pattern() -> None:
@@ -421,15 +427,7 @@ def _add_rms_norm_served() -> Iterator[None]:
     """add_rms_norm served in float32 on every backend (host serves it,
     InfiniRT ``cpu`` does not: claiming it there shows the rewrite too, the
     operator then running in the CPU fallback)."""
-    real = _graph._served_dtypes
-
-    def claims_add_rms_norm(name: str) -> tuple[torch.dtype, ...]:
-        return (torch.float32,) if name == "infini::add_rms_norm" else real(name)
-
-    with (
-        mock.patch.object(_graph, "_served_dtypes", claims_add_rms_norm),
-        torch_infini.cpu_fallback.allowed("silent"),
-    ):
+    with _add_rms_norm_serving((torch.float32,)), torch_infini.cpu_fallback.allowed("silent"):
         yield
 
 

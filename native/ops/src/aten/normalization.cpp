@@ -6,10 +6,11 @@
 // aten::rms_norm is CompositeImplicitAutograd: it has no derivative formula
 // of its own, so a PrivateUse1 kernel alone would leave autograd with no
 // graph at all (inputs silently without gradients). Its AutogradPrivateUse1
-// kernel therefore runs the native kernel only when no gradient is needed,
-// and otherwise PyTorch's own differentiable decomposition, whose operators
-// each carry their derivative (or raise NotImplementedError naming an
-// operator infini lacks): a gradient is right or refused, never missing.
+// kernel therefore runs the native kernel only when no gradient (nor a
+// forward-mode tangent) is needed, and otherwise PyTorch's own
+// differentiable decomposition, whose operators each carry their derivative
+// (or raise NotImplementedError naming an operator infini lacks): a
+// gradient is right or refused, never missing.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/grad_mode.h>
@@ -75,10 +76,12 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
   return out;
 }
 
+// A gradient, or a forward-mode tangent, of either operand.
 bool needsGradient(const at::Tensor& input, const std::optional<at::Tensor>& weight) {
-  return at::GradMode::is_enabled() &&
-         (input.requires_grad() ||
-          (weight.has_value() && weight->defined() && weight->requires_grad()));
+  return (at::GradMode::is_enabled() &&
+          (input.requires_grad() ||
+           (weight.has_value() && weight->defined() && weight->requires_grad()))) ||
+         hasTangent(input) || hasTangent(weight);
 }
 
 at::Tensor rms_norm_autograd(c10::DispatchKeySet keys, const at::Tensor& input,

@@ -12,6 +12,7 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/dims.h"
 #include "torch_infini/ops/kernel_provider.h"
@@ -64,6 +65,17 @@ inline TensorRef expandedRef(const at::Tensor& t, c10::IntArrayRef sizes) {
     ref.strides.push_back(broadcast ? 0 : own_strides[own]);
   }
   return ref;
+}
+
+// Whether `t` carries a forward-mode tangent (a dual tensor of
+// torch.autograd.forward_ad). Forward mode works with grad mode off too: a
+// kernel that skips autograd because no gradient is needed must still
+// leave a dual operand to autograd, or its tangent silently goes missing.
+inline bool hasTangent(const at::Tensor& t) {
+  return t.defined() && t._fw_grad(/*level=*/0).defined();
+}
+inline bool hasTangent(const std::optional<at::Tensor>& t) {
+  return t.has_value() && hasTangent(*t);
 }
 
 // The current stream of the tensor's device, as a runtime handle.

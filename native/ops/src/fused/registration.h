@@ -29,6 +29,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "common/bridge.h"
 #include "common/bridge_registrar.h"
 #include "fallback/refusal.h"
 
@@ -61,6 +62,14 @@ inline bool writesAnArgument(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").schema().is_mutable();
 }
 
+// Whether a fused operator's argument is a tensor with a forward-mode tangent.
+inline bool anyTangent(const at::Tensor& t) { return hasTangent(t); }
+inline bool anyTangent(const std::optional<at::Tensor>& t) { return hasTangent(t); }
+template <class T>
+bool anyTangent(const T& /*not a tensor*/) {
+  return false;
+}
+
 // The Autograd kernel: the operator's autograd Function where grad mode is
 // on; with it off (inference, and compiled graphs, whose forward AOTAutograd
 // runs without grad), straight below autograd, without building the
@@ -72,6 +81,12 @@ struct AutogradEntry;
 template <class Op, class R, class... Args>
 struct AutogradEntry<Op, R(Args...)> {
   static R call(Args... args) {
+    // No forward derivatives: a dual operand is refused, never passed
+    // through without its tangent (grad mode says nothing about forward mode).
+    TORCH_CHECK_NOT_IMPLEMENTED(!(anyTangent(args) || ...), Op::name,
+                                ": forward-mode AD (an operand with a tangent, "
+                                "torch.autograd.forward_ad) is not supported: the operator has "
+                                "no forward derivative");
     static const bool writes = writesAnArgument(Op::name);
     if (!writes && !at::GradMode::is_enabled())
       return callBelowAutograd<Op>(std::forward<Args>(args)...);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 import torch_infini
 from infini_testing import fallback_off
@@ -265,3 +266,30 @@ def test_second_device() -> None:
         assert_matches(mod(x), F.rms_norm(x_cpu, (16,)), device=dev, **NORM_TOL)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         F.rms_norm(x, (16,), w.to("infini:0"))
+
+
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad mode", "no_grad"])
+@pytest.mark.parametrize("dual", ["input", "weight"], ids=str)
+def test_forward_mode_tangents(dual: str, grad_mode: bool) -> None:
+    """Forward mode works with grad mode off too: a dual operand takes
+    PyTorch's decomposition, whose operators carry their tangents, and never
+    the kernel, which would drop them silently."""
+    x_cpu, x = pair((4, 8), F32, seed=16)
+    w_cpu, w = pair((8,), F32, seed=17)
+    tangent_cpu, tangent = pair((4, 8) if dual == "input" else (8,), F32, seed=18)
+
+    def jvp(x: torch.Tensor, w: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.set_grad_enabled(grad_mode), fwAD.dual_level():
+            if dual == "input":
+                x = fwAD.make_dual(x, t)
+            else:
+                w = fwAD.make_dual(w, t)
+            primal, out_tangent = fwAD.unpack_dual(F.rms_norm(x, (8,), w))
+            assert out_tangent is not None, "the tangent went missing"
+            return primal, out_tangent
+
+    primal_cpu, out_tangent_cpu = jvp(x_cpu, w_cpu, tangent_cpu)
+    with torch_infini.cpu_fallback.allowed("silent"):  # the decomposition's rsqrt
+        primal, out_tangent = jvp(x, w, tangent)
+    assert_matches(primal, primal_cpu, **NORM_TOL)
+    assert_matches(out_tangent, out_tangent_cpu, **NORM_TOL)

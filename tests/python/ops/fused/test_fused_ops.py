@@ -21,6 +21,7 @@ from collections.abc import Callable
 import fused_oracles
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 import torch_infini
 from infini_testing import bit_patterns, raises_exactly, requires_two_devices
@@ -576,3 +577,19 @@ def test_in_place_operators_bump_versions_with_grad_mode_off(op: str, device: ob
     with torch.no_grad(), torch_infini.cpu_fallback.allowed("silent"):
         call_recording_versions()
     assert versions and all(v > 0 for v in versions), versions
+
+
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad mode", "no_grad"])
+@pytest.mark.parametrize("device", ["cpu", DEVICE], ids=str)
+@pytest.mark.parametrize("op", OPS)
+def test_forward_mode_ad_is_refused_not_dropped(op: str, device: object, grad_mode: bool) -> None:
+    """The fused operators have no forward derivative: a dual operand
+    (torch.autograd.forward_ad) raises, naming the operator, on every device
+    and with grad mode off too (forward mode does not depend on it), instead
+    of a result whose tangent silently went missing."""
+    fn, inputs = CALLS[op]
+    args = [t.to(device) for t in inputs((3, 8), torch.float32)]
+    with torch.set_grad_enabled(grad_mode), fwAD.dual_level():
+        args[0] = fwAD.make_dual(args[0], torch.ones_like(args[0]))
+        with raises_exactly(NotImplementedError, match=f"{op}: forward-mode AD"):
+            fn(*args)

@@ -314,6 +314,23 @@ void addRmsNormOutOfPlace() {
   CHECK(ops::launches == 1);  // arithmetic: counted
 }
 
+// linear's operands in InfiniOps' order (input, weight, bias, out), the
+// bias optional.
+void linearWithAndWithoutBias() {
+  const TensorRef out = ref(0x100, ScalarType::Float, {6, 4}, {4, 1});
+  const TensorRef x = ref(0x200, ScalarType::Float, {6, 8}, {8, 1});
+  const TensorRef w = ref(0x300, ScalarType::Float, {4, 8}, {1, 4});  // transposed: any strides
+  const TensorRef b = ref(0x400, ScalarType::Float, {4}, {1});
+  ops::launches = 0;
+  provider().linear(out, x, w, b, stream());
+  expectCall("Linear", {"input=" + tensor(x, kF32), "weight=" + tensor(w, kF32),
+                        "bias=" + tensor(b, kF32), "out=" + tensor(out, kF32)});
+  provider().linear(out, x, w, std::nullopt, stream());
+  expectCall("Linear", {"input=" + tensor(x, kF32), "weight=" + tensor(w, kF32), "bias=none",
+                        "out=" + tensor(out, kF32)});
+  CHECK(ops::launches == 2);  // arithmetic: counted
+}
+
 // The forward is a gather: InfiniOps' backward-only arguments stay at their
 // defaults (max_norm would renormalize the weight in place).
 void embeddingIsAGather() {
@@ -506,6 +523,7 @@ int main() {
       {"rotary_embedding's argument order", rotaryEmbeddingArgumentOrder},
       {"fused_add_rms_norm in place", fusedAddRmsNormInPlace},
       {"add_rms_norm out of place", addRmsNormOutOfPlace},
+      {"linear with and without a bias", linearWithAndWithoutBias},
       {"embedding is a gather", embeddingIsAGather},
       {"topk_softmax's argument order", topkSoftmaxArgumentOrder},
       {"reshape_and_cache_flash writes the caches", reshapeAndCacheFlashWritesTheCaches},

@@ -172,6 +172,7 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
         "mm",
         "bmm",
         "addmm",
+        "linear",
         "rms_norm",
         "_softmax",
         "cat",
@@ -191,6 +192,14 @@ KERNEL_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
 }
 
 
+# CompositeImplicitAutograd operators with a kernel (aten/matmul.cpp): a call
+# the kernel does not take (a dtype it lacks, a layout) runs PyTorch's
+# decomposition instead of the CPU fallback, so a refusal, or a fallback, is
+# that of an operator of the decomposition: these (linear: addmm with a
+# bias, mm without).
+DECOMPOSED_WHEN_NOT_TAKEN: dict[str, tuple[str, ...]] = {"linear": ("addmm", "mm")}
+
+
 # InfiniOps implements these on accelerators only (their rows in
 # seam_operators.h name no ``cpu`` device type; on a real stack
 # test_declared_support.py holds the rows to InfiniOps itself): host serves
@@ -208,21 +217,16 @@ _NONE_ON_INFINIRT_CPU = frozenset(
 # in float and write float16 (native/ops/src/seam/declared_support.cpp, ``refusal``):
 # they would return silently wrong values, and refuse instead. relu, cat and
 # same-dtype copies return input values unchanged and keep float16; casts
-# to/from float16 are staged through the CPU (test_copy.py).
+# to/from float16 are staged through the CPU (test_copy.py). Derived from the
+# declarations (the rows' InfiniRT refusal of float16 on ``cpu``).
+# A row: seam operator, InfiniOps class, device type, dtype, InfiniRT refusal, host refusal.
 _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
-    {
-        "add",
-        "sub",
-        "mul",
-        "silu",
-        "mm",
-        "bmm",
-        "addmm",
-        "rms_norm",
-        "infini::silu_and_mul",
-        "infini::swiglu",
-        "infini::causal_softmax",
-    }
+    op
+    for op in KERNEL_DTYPES
+    if any(
+        row[0] == _seam_operator(op) and row[2] == "cpu" and row[3] == "Half" and row[4]
+        for row in _DECLARATIONS
+    )
 )
 
 

@@ -77,6 +77,9 @@ CASES: dict[str, GradCase] = {
         [(3, 5), (3, 4), (4, 5)],
     ),
     "addmm (Linear bias)": GradCase("aten::addmm", torch.addmm, [(5,), (3, 4), (4, 5)]),
+    # Linear's kernel serves no gradient: with one recorded, PyTorch's decomposition
+    "linear": GradCase("aten::linear", F.linear, [(2, 3, 4), (5, 4), (5,)]),
+    "linear (no bias)": GradCase("aten::linear", F.linear, [(3, 4), (5, 4)]),
     "rms_norm": GradCase(
         "aten::rms_norm", lambda x, w: F.rms_norm(x, [4], w, 1e-5), [(3, 4), (4,)]
     ),
@@ -198,6 +201,7 @@ REFUSED_WITHOUT_FALLBACK: dict[str, str] = {
     "silu": "aten::silu_backward",
     "silu_": "aten::silu_backward",
     "addmm (Linear bias)": "aten::sum",
+    "linear": "aten::sum",
     "rms_norm": "rms_norm: with requires_grad=True.*aten::pow",
     "fill_ (tensor)": "aten::sum",
 }

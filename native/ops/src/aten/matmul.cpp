@@ -3,10 +3,21 @@
 // (no copy) as long as one of their last two dimensions has unit stride.
 // addmm is one Gemm with the bias as C where the provider has gemmBias()
 // (host: the CPU's addmm), else Gemm (alpha) then Add (beta * bias).
+//
+// linear (nn.Linear, F.linear) through the seam's Linear where no gradient
+// is needed. aten::linear is CompositeImplicitAutograd, as rms_norm is
+// (normalization.cpp): its AutogradPrivateUse1 kernel runs PyTorch's own
+// differentiable decomposition (onto mm/addmm above) whenever a gradient,
+// or a forward-mode tangent, is needed, and so does the PrivateUse1 kernel
+// for a call the Linear kernel does not take: a gradient is never missing,
+// and nothing goes to the CPU fallback that the decomposition serves.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/linear_compositeimplicitautograd_dispatch.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/MaybeOwned.h>
 #include <torch/library.h>
 
@@ -182,6 +193,67 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
   return out;
 }
 
+// ---- linear ---------------------------------------------------------------------------
+
+// Whether autograd must see linear's decomposition: a gradient or a
+// forward-mode tangent of any operand.
+bool linearNeedsAutograd(const at::Tensor& input, const at::Tensor& weight,
+                         const std::optional<at::Tensor>& bias) {
+  const at::Tensor* operands[] = {&input, &weight, bias.has_value() ? &*bias : nullptr};
+  for (const at::Tensor* t : operands) {
+    if (t == nullptr || !t->defined()) continue;
+    if ((at::GradMode::is_enabled() && t->requires_grad()) || hasTangent(*t)) return true;
+  }
+  return false;
+}
+
+// Whether the seam's Linear takes the call; anything else is the
+// decomposition's (its checks and errors are PyTorch's own). A contiguous
+// input only: for any other the CPU's linear adds the bias after the
+// product (matmul then add_), which the decomposition reproduces and one
+// kernel would not.
+bool linearTakes(const at::Tensor& input, const at::Tensor& weight, const at::Tensor* bias) {
+  if (!isInfini(input) || !isInfini(weight) || input.device() != weight.device()) return false;
+  if (input.dim() < 1 || weight.dim() != 2 || input.size(-1) != weight.size(1)) return false;
+  if (weight.scalar_type() != input.scalar_type() || !input.is_contiguous()) return false;
+  if (bias != nullptr &&
+      (!isInfini(*bias) || bias->device() != input.device() || bias->dim() != 1 ||
+       bias->size(0) != weight.size(0) || bias->scalar_type() != input.scalar_type()))
+    return false;
+  return selectedKernelProvider().supports(SeamOp::Linear, input.scalar_type());
+}
+
+at::Tensor linear(const at::Tensor& input, const at::Tensor& weight,
+                  const std::optional<at::Tensor>& bias_opt) {
+  const at::Tensor* bias = bias_opt.has_value() && bias_opt->defined() ? &*bias_opt : nullptr;
+  if (!linearTakes(input, weight, bias))
+    return at::compositeimplicitautograd::linear(input, weight, bias_opt);
+  // out [*, N]; the kernel sees input [M, K] and out [M, N].
+  c10::SmallVector<int64_t, 4> shape(input.sizes().begin(), input.sizes().end());
+  shape.back() = weight.size(0);
+  at::Tensor out = emptyOnDevice(input, shape);
+  if (out.numel() == 0) return out;
+  const int64_t k = input.size(-1), n = weight.size(0), m = out.numel() / n;
+  TensorRef in_ref = toRef(input), out_ref = toRef(out);
+  in_ref.sizes = {m, k};
+  in_ref.strides = {k, 1};
+  out_ref.sizes = {m, n};
+  out_ref.strides = {n, 1};
+  const std::optional<TensorRef> bias_ref =
+      bias == nullptr ? std::nullopt : std::optional<TensorRef>(toRef(*bias));
+  selectedKernelProvider().linear(out_ref, in_ref, toRef(weight), bias_ref, streamOf(out));
+  return out;
+}
+
+at::Tensor linear_autograd(c10::DispatchKeySet keys, const at::Tensor& input,
+                           const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  if (linearNeedsAutograd(input, weight, bias))
+    return at::compositeimplicitautograd::linear(input, weight, bias);
+  // On to the infini kernel below autograd: a redispatch, not a second call.
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  return at::_ops::linear::redispatch(keys & c10::after_autograd_keyset, input, weight, bias);
+}
+
 // Calls a kernel refuses (a dtype, shape or argument it does not serve) run
 // in the CPU fallback, under its policy.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -192,7 +264,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TORCH_INFINI_IMPL_OR_FALLBACK(matmul, "bmm.out", bmm_out);
   TORCH_INFINI_IMPL_OR_FALLBACK(matmul, "addmm", addmm);
   TORCH_INFINI_IMPL_OR_FALLBACK(matmul, "addmm.out", addmm_out);
+  // What the Linear kernel does not take is the decomposition's, above.
+  BridgeRegistrar(m, "aten", "matmul", SeamOp::Linear).impl("linear", TORCH_FN(linear));
 }
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("linear", TORCH_FN(linear_autograd)); }
 
 }  // namespace
 }  // namespace torch_infini::ops

@@ -231,6 +231,13 @@ struct [[deprecated("Use `FusedAddRmsNorm` instead.")]] AddRmsNorm {
   }
 };
 
+struct Linear {
+  static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor weight,
+                   std::optional<Tensor> bias, Tensor out) {
+    record("Linear", h, c, {TI_ARG(input), TI_ARG(weight), TI_ARG(bias), TI_ARG(out)});
+  }
+};
+
 struct Embedding {
   static void Call(const Handle& h, const Config& c, const Tensor input, const Tensor weight,
                    const std::optional<int64_t> padding_idx, const std::optional<double> max_norm,

@@ -28,7 +28,14 @@ import torch
 import torch.nn.functional as F
 import torch_infini
 from infini_testing import fallback_off
-from op_helpers import DEVICE, assert_matches, expect_kernel, make_cpu, runs_cpu_kernels
+from op_helpers import (
+    DECOMPOSED_WHEN_NOT_TAKEN,
+    DEVICE,
+    assert_matches,
+    expect_kernel,
+    make_cpu,
+    runs_cpu_kernels,
+)
 from torch_infini._operators import declarations
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -70,6 +77,10 @@ CALLS: dict[str, tuple[str, Call]] = {
     "gelu": ("gelu", lambda dt, d: F.gelu(_t((3, 4), dt, d, 1))),
     "softmax": ("_softmax", lambda dt, d: torch.softmax(_t((3, 4), dt, d, 1), -1)),
     "rms_norm": ("rms_norm", lambda dt, d: F.rms_norm(_t((3, 8), dt, d, 1), (8,))),
+    "linear": (  # with a bias: undeclared, addmm (DECOMPOSED_WHEN_NOT_TAKEN)
+        "linear",
+        lambda dt, d: F.linear(_t((3, 5), dt, d, 1), _t((4, 5), dt, d, 2), _t((4,), dt, d, 3)),
+    ),
     "silu_and_mul": (
         "infini::silu_and_mul",
         lambda dt, d: torch_infini.ops.silu_and_mul(_t((3, 8), dt, d, 1)),
@@ -237,7 +248,9 @@ def test_one_undeclared_pair_is_refused(op: str) -> None:
     if not undeclared:
         assert set(cpu_takes) <= native
         return
-    with expect_kernel(aten, undeclared[0]) as ran_natively:
+    with expect_kernel(
+        DECOMPOSED_WHEN_NOT_TAKEN.get(aten, (aten,))[0], undeclared[0]
+    ) as ran_natively:
         call(undeclared[0], DEVICE)
     assert not ran_natively
 

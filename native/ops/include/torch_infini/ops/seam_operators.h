@@ -57,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>  // the entries' optional operands
 
 // clang-format off
 #define TORCH_INFINI_SEAM_OPERATORS(X) \
@@ -85,6 +86,7 @@
   X(ReshapeAndCacheFlash, reshape_and_cache_flash, ReshapeAndCacheFlash, kFloat32AndReducedTypes, kCudaLike | on({"cambricon"}), nullptr) \
   X(PagedAttention, paged_attention, PagedAttentionInfinilm, kReducedFloatTypes, kCudaLike, "float") \
   X(Convolution, convolution, Convolution, kFloat32AndReducedTypes, kCudaLike, "float") \
+  X(Linear, linear, Linear, kAllFloatTypes, on({"cpu", "ascend"}), "float") \
   X(AmpUnscale, amp_unscale, none, {}, {}, {}) \
   X(AmpUpdateScale, amp_update_scale, none, {}, {}, {}) \
   X(Foreach, foreach, none, {}, {}, {})
@@ -143,6 +145,13 @@
 //               FusedAddRmsNorm, which multiplies in the other order. The
 //               host runs a loop of its own with the definition's bits
 //               (providers/host/fused_loops.h)
+//   linear      aten::linear's forward: out [M, N] = input [M, K] @ weight
+//               [N, K]^T (+ bias [N] where given), all of one dtype; input
+//               and out contiguous (the bridge flattens the leading
+//               dimensions), weight any strides. The host runs what the
+//               CPU's linear runs for a contiguous input: addmm with the
+//               bias, else mm, on weight's transposed view (an alias of its
+//               own: a .t() would allocate a tensor per call)
 #define TORCH_INFINI_SEAM_KERNELS(K) \
   K(Gelu, gelu, kCounted, (const TensorRef& out, const TensorRef& x, bool tanh), (out, x, tanh), \
     (view(x), std::string(tanh ? "tanh" : "none"), view(out)), \
@@ -173,7 +182,17 @@
     (out, residual_out, input, residual, weight, eps), \
     (view(input), view(residual), view(weight), std::optional<float>(eps), view(out), \
      view(residual_out)), \
-    host_loops::addRmsNorm(out, residual_out, input, residual, weight, eps))
+    host_loops::addRmsNorm(out, residual_out, input, residual, weight, eps)) \
+  K(Linear, linear, kCounted, \
+    (const TensorRef& out, const TensorRef& input, const TensorRef& weight, \
+     const std::optional<TensorRef>& bias), \
+    (out, input, weight, bias), \
+    (view(input), view(weight), optionalView(bias ? &*bias : nullptr), view(out)), \
+    [&](const TensorRef& weight_t) { \
+      bias ? (void)at::cpu::addmm_out(A(out), A(*bias), A(input), A(weight_t)) \
+           : (void)at::cpu::mm_out(A(out), A(input), A(weight_t)); \
+    }(TensorRef{weight.data, weight.dtype, weight.device, {weight.sizes[1], weight.sizes[0]}, \
+                {weight.strides[1], weight.strides[0]}}))
 // clang-format on
 
 // Expanding the entries: a parenthesized list's elements, and its first.

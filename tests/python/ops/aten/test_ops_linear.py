@@ -162,6 +162,48 @@ def test_forward_mode_tangents(dual: str, grad_mode: bool) -> None:
     assert_matches(out_tangent, out_tangent_cpu, **LINEAR_TOL)
 
 
+def test_special_values() -> None:
+    """-0.0, inf and nan in every operand: the CPU's products and sums of
+    them (nan where inf meets 0), bit for bit on host."""
+    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1.5, -2.0])
+    x_cpu = special.repeat(3, 1)
+    w_cpu = special.roll(2).repeat(4, 1)
+    b_cpu = torch.tensor([-0.0, float("inf"), float("nan"), 0.0])
+    for bias_cpu in (b_cpu, None):
+        expected = F.linear(x_cpu, w_cpu, bias_cpu)
+        bias = None if bias_cpu is None else bias_cpu.to(DEVICE)
+        with torch.no_grad():
+            got = F.linear(x_cpu.to(DEVICE), w_cpu.to(DEVICE), bias)
+        assert_matches(got, expected, check_stride=True, **LINEAR_TOL)
+
+
+def test_negative_view_input() -> None:
+    """A negative view (its sign a bit of the tensor, not of its memory) is
+    resolved before the kernel reads the memory."""
+    x_cpu, x = pair((3, 5), F32, seed=1)
+    w_cpu, w = pair((4, 5), F32, seed=2)
+    with torch.no_grad():
+        got = F.linear(torch._neg_view(x), w)
+    assert_matches(got, F.linear(torch._neg_view(x_cpu), w_cpu), **LINEAR_TOL)
+
+
+def test_on_a_side_stream() -> None:
+    """Queued on the current stream after the work that wrote its input
+    there; read after that stream's synchronize (async streams: the host's
+    worker thread)."""
+    cpu, dev = operands((6, 8), 5, bias=True)
+    side = torch.infini.Stream()
+    busy = torch.ones(2048, 2048, device=DEVICE)
+    torch.infini.synchronize()
+    with torch.no_grad(), torch.infini.stream(side):
+        for _ in range(8):  # keeps the side stream busy (async streams) before x is written
+            busy.mul_(1.0)
+        x = dev[0] * 2  # written on the side stream
+        out = F.linear(x, *dev[1:])
+    side.synchronize()
+    assert_matches(out, F.linear(cpu[0] * 2, *cpu[1:]), check_stride=True, **LINEAR_TOL)
+
+
 # The input layouts the kernel does not take: the decomposition, bit for bit
 # with the CPU (the same mm/addmm, or matmul then add_ as the CPU's linear).
 STRIDED_INPUTS: dict[str, tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]] = {

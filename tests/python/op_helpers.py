@@ -220,13 +220,11 @@ _NONE_ON_INFINIRT_CPU = frozenset(
 # to/from float16 are staged through the CPU (test_copy.py). Derived from the
 # declarations (the rows' InfiniRT refusal of float16 on ``cpu``).
 # A row: seam operator, InfiniOps class, device type, dtype, InfiniRT refusal, host refusal.
+_HALF_REFUSED_ON_INFINIRT_CPU = frozenset(
+    row[0] for row in _DECLARATIONS if row[2] == "cpu" and row[3] == "Half" and row[4]
+)
 _NO_FLOAT16_ON_INFINIRT_CPU = frozenset(
-    op
-    for op in KERNEL_DTYPES
-    if any(
-        row[0] == _seam_operator(op) and row[2] == "cpu" and row[3] == "Half" and row[4]
-        for row in _DECLARATIONS
-    )
+    op for op in KERNEL_DTYPES if _seam_operator(op) in _HALF_REFUSED_ON_INFINIRT_CPU
 )
 
 

@@ -14,7 +14,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/linear_compositeimplicitautograd_dispatch.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -195,18 +194,6 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::
 
 // ---- linear ---------------------------------------------------------------------------
 
-// Whether autograd must see linear's decomposition: a gradient or a
-// forward-mode tangent of any operand.
-bool linearNeedsAutograd(const at::Tensor& input, const at::Tensor& weight,
-                         const std::optional<at::Tensor>& bias) {
-  const at::Tensor* operands[] = {&input, &weight, bias.has_value() ? &*bias : nullptr};
-  for (const at::Tensor* t : operands) {
-    if (t == nullptr || !t->defined()) continue;
-    if ((at::GradMode::is_enabled() && t->requires_grad()) || hasTangent(*t)) return true;
-  }
-  return false;
-}
-
 // Whether the seam's Linear takes the call; anything else is the
 // decomposition's (its checks and errors are PyTorch's own). A contiguous
 // input only: for any other the CPU's linear adds the bias after the
@@ -247,7 +234,7 @@ at::Tensor linear(const at::Tensor& input, const at::Tensor& weight,
 
 at::Tensor linear_autograd(c10::DispatchKeySet keys, const at::Tensor& input,
                            const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  if (linearNeedsAutograd(input, weight, bias))
+  if (needsAutograd(input) || needsAutograd(weight) || needsAutograd(bias))
     return at::compositeimplicitautograd::linear(input, weight, bias);
   // On to the infini kernel below autograd: a redispatch, not a second call.
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);

@@ -13,7 +13,6 @@
 // gradient is right or refused, never missing.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/rms_norm_compositeimplicitautograd_dispatch.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -76,18 +75,10 @@ at::Tensor rms_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
   return out;
 }
 
-// A gradient, or a forward-mode tangent, of either operand.
-bool needsGradient(const at::Tensor& input, const std::optional<at::Tensor>& weight) {
-  return (at::GradMode::is_enabled() &&
-          (input.requires_grad() ||
-           (weight.has_value() && weight->defined() && weight->requires_grad()))) ||
-         hasTangent(input) || hasTangent(weight);
-}
-
 at::Tensor rms_norm_autograd(c10::DispatchKeySet keys, const at::Tensor& input,
                              c10::SymIntArrayRef normalized_shape,
                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
-  if (needsGradient(input, weight)) {
+  if (needsAutograd(input) || needsAutograd(weight)) {
     // PyTorch's decomposition, dispatched with autograd still active.
     try {
       return at::compositeimplicitautograd::rms_norm_symint(input, normalized_shape, weight, eps);

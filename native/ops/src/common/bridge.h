@@ -6,6 +6,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/util/Exception.h>
 #include <c10/util/MaybeOwned.h>
@@ -76,6 +77,17 @@ inline bool hasTangent(const at::Tensor& t) {
 }
 inline bool hasTangent(const std::optional<at::Tensor>& t) {
   return t.has_value() && hasTangent(*t);
+}
+
+// Whether autograd must see an operation on `t`: a gradient to record for it
+// (grad mode on) or its forward-mode tangent. The autograd kernels of
+// CompositeImplicitAutograd operators with an infini kernel (rms_norm,
+// linear) run PyTorch's decomposition when any operand needs it.
+inline bool needsAutograd(const at::Tensor& t) {
+  return t.defined() && ((at::GradMode::is_enabled() && t.requires_grad()) || hasTangent(t));
+}
+inline bool needsAutograd(const std::optional<at::Tensor>& t) {
+  return t.has_value() && needsAutograd(*t);
 }
 
 // The current stream of the tensor's device, as a runtime handle.

@@ -62,11 +62,10 @@ inline bool writesAnArgument(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").schema().is_mutable();
 }
 
-// Whether a fused operator's argument is a tensor with a forward-mode tangent.
-inline bool anyTangent(const at::Tensor& t) { return hasTangent(t); }
-inline bool anyTangent(const std::optional<at::Tensor>& t) { return hasTangent(t); }
+// A fused operator's argument that is not a tensor has no tangent (the
+// tensors' overloads are common/bridge.h's).
 template <class T>
-bool anyTangent(const T& /*not a tensor*/) {
+bool hasTangent(const T& /*not a tensor*/) {
   return false;
 }
 
@@ -83,7 +82,7 @@ struct AutogradEntry<Op, R(Args...)> {
   static R call(Args... args) {
     // No forward derivatives: a dual operand is refused, never passed
     // through without its tangent (grad mode says nothing about forward mode).
-    TORCH_CHECK_NOT_IMPLEMENTED(!(anyTangent(args) || ...), Op::name,
+    TORCH_CHECK_NOT_IMPLEMENTED(!(hasTangent(args) || ...), Op::name,
                                 ": forward-mode AD (an operand with a tangent, "
                                 "torch.autograd.forward_ad) is not supported: the operator has "
                                 "no forward derivative");
